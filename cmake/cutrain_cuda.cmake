@@ -1,0 +1,41 @@
+# Defines the INTERFACE target cutrain::cuda (cutrain + CUDA runtime, cuBLASLt, NVRTC, the driver
+# API, cuDNN and the cudnn-frontend headers, and CUTRAIN_WITH_CUDA) when all of them are found.
+# Used by the build tree and by the installed package config alike.
+#
+# cudnn-frontend is header-only. Its headers come from CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR, or
+# from the PyPI wheel nvidia-cudnn-frontend (include/ under the python package), or from the
+# CUDA include directory.
+function(cutrain_define_cuda_target base)
+  if(TARGET cutrain::cuda)
+    return()
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(NOT CUDAToolkit_FOUND)
+    message(STATUS "cutrain: CUDA toolkit not found; cutrain::cuda is not defined")
+    return()
+  endif()
+  find_path(CUTRAIN_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include /usr/include/x86_64-linux-gnu)
+  find_library(CUTRAIN_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
+  if(NOT CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR)
+    find_package(Python3 COMPONENTS Interpreter QUIET)
+    if(Python3_Interpreter_FOUND)
+      execute_process(
+        COMMAND "${Python3_EXECUTABLE}" -c
+          "import importlib.util,os;s=importlib.util.find_spec('cudnn');print(os.path.join(os.path.dirname(os.path.dirname(s.origin)),'include') if s and s.origin else '')"
+        OUTPUT_VARIABLE _fe_hint OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    endif()
+    find_path(CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${_fe_hint} ${CUDAToolkit_INCLUDE_DIRS})
+  endif()
+  if(NOT CUTRAIN_CUDNN_INCLUDE_DIR OR NOT CUTRAIN_CUDNN_LIBRARY OR NOT CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR)
+    message(STATUS "cutrain: cuDNN (${CUTRAIN_CUDNN_LIBRARY}) or cudnn-frontend (${CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR}) "
+                   "not found; cutrain::cuda is not defined")
+    return()
+  endif()
+  add_library(cutrain_cuda INTERFACE)
+  target_link_libraries(cutrain_cuda INTERFACE ${base} CUDA::cudart CUDA::cublasLt CUDA::nvrtc CUDA::cuda_driver
+                        ${CUTRAIN_CUDNN_LIBRARY})
+  target_include_directories(cutrain_cuda SYSTEM INTERFACE ${CUTRAIN_CUDNN_INCLUDE_DIR} ${CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR})
+  target_compile_definitions(cutrain_cuda INTERFACE CUTRAIN_WITH_CUDA)
+  add_library(cutrain::cuda ALIAS cutrain_cuda)
+  message(STATUS "cutrain: cutrain::cuda with cuDNN ${CUTRAIN_CUDNN_LIBRARY}, cudnn-frontend ${CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR}")
+endfunction()

@@ -1,0 +1,104 @@
+// Shapes, strides and memory layouts. A 4-d tensor's shape is always logical N, C, H, W;
+// its strides say where the elements lie (NCHW, NHWC or any other strided view), as in cuDNN.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cutrain/core/error.hpp"
+
+namespace cutrain {
+
+// row_major: contiguous in logical order (for 4-d tensors the same as nchw).
+enum class Layout { row_major, nchw, nhwc, strided };
+
+inline std::string_view to_string(Layout l) {
+  switch (l) {
+    case Layout::row_major: return "row_major";
+    case Layout::nchw: return "nchw";
+    case Layout::nhwc: return "nhwc";
+    case Layout::strided: return "strided";
+  }
+  return "?";
+}
+inline std::ostream& operator<<(std::ostream& os, Layout l) { return os << to_string(l); }
+
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<std::int64_t> dims) : dims_(dims) {}
+  explicit Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) {}
+
+  int rank() const { return static_cast<int>(dims_.size()); }
+  std::int64_t operator[](int i) const { return dims_.at(static_cast<std::size_t>(i)); }
+  std::int64_t& operator[](int i) { return dims_.at(static_cast<std::size_t>(i)); }
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (auto d : dims_) n *= d;
+    return n;
+  }
+  const std::vector<std::int64_t>& dims() const { return dims_; }
+  auto begin() const { return dims_.begin(); }
+  auto end() const { return dims_.end(); }
+  friend bool operator==(const Shape&, const Shape&) = default;
+
+  std::string str() const {
+    std::string s = "[";
+    for (std::size_t i = 0; i < dims_.size(); ++i) s += (i ? "," : "") + std::to_string(dims_[i]);
+    return s + "]";
+  }
+
+ private:
+  std::vector<std::int64_t> dims_;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
+
+using Strides = std::vector<std::int64_t>;
+
+inline std::string strides_str(const Strides& st) { return Shape(st).str(); }
+
+// Contiguous strides for a shape in a layout; nchw/nhwc need rank 4.
+inline Strides contiguous_strides(const Shape& shape, Layout layout) {
+  const int r = shape.rank();
+  Strides st(static_cast<std::size_t>(r));
+  if (layout == Layout::nhwc) {
+    CUTRAIN_REQUIRE(r == 4, InvalidArgument, "contiguous_strides", "layout nhwc needs a 4-d shape, got ", shape);
+    const auto C = shape[1], H = shape[2], W = shape[3];
+    st = {H * W * C, 1, W * C, C};
+    return st;
+  }
+  CUTRAIN_REQUIRE(layout == Layout::row_major || layout == Layout::nchw, InvalidArgument,
+                  "contiguous_strides", "cannot make contiguous strides for layout ", layout);
+  CUTRAIN_REQUIRE(layout != Layout::nchw || r == 4, InvalidArgument, "contiguous_strides",
+                  "layout nchw needs a 4-d shape, got ", shape);
+  std::int64_t s = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    st[static_cast<std::size_t>(i)] = s;
+    s *= shape[i];
+  }
+  return st;
+}
+
+// The layout that a shape and strides describe; size-1 dimensions match any stride.
+inline Layout layout_of(const Shape& shape, const Strides& strides) {
+  auto matches = [&](const Strides& want) {
+    for (int i = 0; i < shape.rank(); ++i)
+      if (shape[i] != 1 && strides[static_cast<std::size_t>(i)] != want[static_cast<std::size_t>(i)]) return false;
+    return true;
+  };
+  if (matches(contiguous_strides(shape, Layout::row_major))) return shape.rank() == 4 ? Layout::nchw : Layout::row_major;
+  if (shape.rank() == 4 && matches(contiguous_strides(shape, Layout::nhwc))) return Layout::nhwc;
+  return Layout::strided;
+}
+
+inline void check_shape_valid(std::string_view op, const Shape& s) {
+  for (auto d : s)
+    CUTRAIN_REQUIRE(d >= 0, InvalidArgument, op, "shape ", s, " has a negative dimension");
+}
+
+}  // namespace cutrain

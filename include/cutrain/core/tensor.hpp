@@ -1,0 +1,266 @@
+// Tensor<T>: a shape, strides and an offset over shared storage on one device.
+// A Tensor owns its storage and is move-only; views (reshape, slice, view) share the storage
+// and keep it alive. Copies are explicit: clone(), copy_from(), to(device), contiguous(layout).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cutrain/core/device.hpp"
+#include "cutrain/core/dtype.hpp"
+#include "cutrain/core/error.hpp"
+#include "cutrain/core/random.hpp"
+#include "cutrain/core/shape.hpp"
+#include "cutrain/core/storage.hpp"
+
+namespace cutrain {
+
+struct TensorOptions {
+  Layout layout = Layout::row_major;  // nchw or nhwc for 4-d tensors
+  Device device = Device::cpu();
+};
+
+namespace detail {
+// Calls fn(logical_index, element_offset) for every element, in logical row-major order.
+template <class Fn>
+void for_each_offset(const Shape& shape, const Strides& strides, std::int64_t base, Fn&& fn) {
+  const int r = shape.rank();
+  const std::int64_t n = shape.numel();
+  if (n == 0) return;
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(r), 0);
+  std::int64_t off = base;
+  for (std::int64_t i = 0; i < n; ++i) {
+    fn(i, off);
+    for (int d = r - 1; d >= 0; --d) {
+      const auto ud = static_cast<std::size_t>(d);
+      if (++idx[ud] < shape[d]) {
+        off += strides[ud];
+        break;
+      }
+      off -= strides[ud] * (shape[d] - 1);
+      idx[ud] = 0;
+    }
+  }
+}
+}  // namespace detail
+
+template <class T>
+class Tensor {
+ public:
+  using value_type = T;
+
+  Tensor() = default;
+  Tensor(const Shape& shape, TensorOptions opts = {}) { allocate(shape, opts); }
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  // Factories. Host data is given in logical row-major order, whatever the layout.
+  static Tensor zeros(const Shape& shape, TensorOptions opts = {}) { return Tensor(shape, opts); }
+  static Tensor full(const Shape& shape, T value, TensorOptions opts = {}) {
+    Tensor t(shape, opts);
+    t.fill(value);
+    return t;
+  }
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions opts = {}) {
+    CUTRAIN_REQUIRE(static_cast<std::int64_t>(values.size()) == shape.numel(), InvalidArgument,
+                    "Tensor::from_vector", "got ", values.size(), " values for shape ", shape);
+    Tensor t(shape, opts);
+    t.assign(values);
+    return t;
+  }
+  static Tensor uniform(const Shape& shape, Rng& rng, double lo, double hi, TensorOptions opts = {}) {
+    std::vector<T> v(static_cast<std::size_t>(shape.numel()));
+    for (auto& x : v) x = static_cast<T>(rng.uniform(lo, hi));
+    return from_vector(v, shape, opts);
+  }
+  static Tensor randn(const Shape& shape, Rng& rng, double stddev = 1.0, TensorOptions opts = {}) {
+    std::vector<T> v(static_cast<std::size_t>(shape.numel()));
+    for (auto& x : v) x = static_cast<T>(stddev * rng.normal());
+    return from_vector(v, shape, opts);
+  }
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return shape_.rank(); }
+  std::int64_t dim(int i) const { return shape_[i]; }
+  std::int64_t numel() const { return shape_.numel(); }
+  const Strides& strides() const { return strides_; }
+  std::int64_t offset() const { return offset_; }
+  Layout layout() const { return layout_of(shape_, strides_); }
+  bool is_contiguous() const { return layout() != Layout::strided; }
+  Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
+  static constexpr DType dtype() { return dtype_of<T>; }
+
+  // Pointer to the first element (host memory for cpu tensors, device memory for cuda ones).
+  T* data() const { return storage_ ? static_cast<T*>(storage_->data()) + offset_ : nullptr; }
+
+  // Element offset (from data()) of the element at a logical row-major index.
+  std::int64_t offset_of(std::int64_t logical) const {
+    std::int64_t off = 0;
+    for (int d = rank() - 1; d >= 0; --d) {
+      off += (logical % shape_[d]) * strides_[static_cast<std::size_t>(d)];
+      logical /= shape_[d];
+    }
+    return off;
+  }
+
+  // Host element access by logical multi-index (cpu tensors only).
+  template <class... I>
+  T& operator()(I... idx) const {
+    const std::int64_t is[] = {static_cast<std::int64_t>(idx)...};
+    std::int64_t off = 0;
+    for (std::size_t d = 0; d < sizeof...(I); ++d) off += is[d] * strides_[d];
+    return data()[off];
+  }
+  // Host element access by logical row-major index (cpu tensors only).
+  T& flat(std::int64_t logical) const { return data()[offset_of(logical)]; }
+
+  std::string describe() const {
+    return detail::cat(dtype(), shape_, " ", layout(), " ", device());
+  }
+
+  // All elements, in logical row-major order, on the host.
+  std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<std::size_t>(numel()));
+    if (numel() == 0) return out;
+    if (device().is_cpu()) {
+      const T* base = data();
+      detail::for_each_offset(shape_, strides_, 0, [&](std::int64_t i, std::int64_t off) { out[static_cast<std::size_t>(i)] = base[off]; });
+      return out;
+    }
+    Tensor host = Tensor(Shape{span()}, {.device = Device::cpu()});
+    copy_bytes(host.data(), Device::cpu(), data() + min_offset(), device(), static_cast<std::size_t>(span()) * sizeof(T));
+    const T* base = host.data() - min_offset();
+    detail::for_each_offset(shape_, strides_, 0, [&](std::int64_t i, std::int64_t off) { out[static_cast<std::size_t>(i)] = base[off]; });
+    return out;
+  }
+
+  // Writes values given in logical row-major order into this tensor's elements.
+  void assign(const std::vector<T>& values) {
+    CUTRAIN_REQUIRE(static_cast<std::int64_t>(values.size()) == numel(), InvalidArgument, "Tensor::assign",
+                    "got ", values.size(), " values for ", describe());
+    if (device().is_cpu() || !is_contiguous()) {
+      CUTRAIN_REQUIRE(device().is_cpu(), NotImplemented, "Tensor::assign", "strided writes to ", describe());
+      T* base = data();
+      detail::for_each_offset(shape_, strides_, 0, [&](std::int64_t i, std::int64_t off) { base[off] = values[static_cast<std::size_t>(i)]; });
+      return;
+    }
+    Tensor host(shape_, {.layout = layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major});
+    host.assign(values);
+    copy_bytes(data(), device(), host.data(), Device::cpu(), static_cast<std::size_t>(numel()) * sizeof(T));
+  }
+
+  void fill(T value) {
+    if (device().is_cpu()) {
+      T* base = data();
+      detail::for_each_offset(shape_, strides_, 0, [&](std::int64_t, std::int64_t off) { base[off] = value; });
+    } else {
+      assign(std::vector<T>(static_cast<std::size_t>(numel()), value));
+    }
+  }
+
+  // Copies src's elements (same shape, any layout or device) into this tensor.
+  void copy_from(const Tensor& src) {
+    CUTRAIN_REQUIRE(src.shape() == shape_, InvalidArgument, "Tensor::copy_from", "source ", src.describe(),
+                    " and destination ", describe(), " differ in shape");
+    if (device().is_cpu() && src.device().is_cpu()) {
+      std::vector<std::int64_t> offs(static_cast<std::size_t>(numel()));
+      detail::for_each_offset(shape_, strides_, 0, [&](std::int64_t i, std::int64_t off) { offs[static_cast<std::size_t>(i)] = off; });
+      T* dst = data();
+      const T* s = src.data();
+      detail::for_each_offset(src.shape_, src.strides_, 0, [&](std::int64_t i, std::int64_t off) { dst[offs[static_cast<std::size_t>(i)]] = s[off]; });
+      return;
+    }
+    if (src.layout() == layout() && is_contiguous()) {
+      copy_bytes(data(), device(), src.data(), src.device(), static_cast<std::size_t>(numel()) * sizeof(T));
+      return;
+    }
+    assign(src.to_vector());
+  }
+
+  // A copy in its own storage, contiguous in the given layout (default: this one's, or
+  // row-major/nchw when this one is strided).
+  Tensor clone(Layout l = Layout::strided) const { return copy_to(device(), l); }
+  Tensor to(Device dev) const { return copy_to(dev, Layout::strided); }
+  Tensor contiguous(Layout l) const {
+    if (layout() == l || (l == Layout::row_major && layout() == Layout::nchw)) return view();
+    return copy_to(device(), l);
+  }
+
+  // Views share storage.
+  Tensor view() const {
+    Tensor t;
+    t.storage_ = storage_;
+    t.shape_ = shape_;
+    t.strides_ = strides_;
+    t.offset_ = offset_;
+    return t;
+  }
+  Tensor reshape(const Shape& shape) const {
+    check_shape_valid("Tensor::reshape", shape);
+    CUTRAIN_REQUIRE(shape.numel() == numel(), InvalidArgument, "Tensor::reshape", "cannot reshape ", describe(),
+                    " to ", shape, ": element counts differ");
+    const Layout l = layout();
+    CUTRAIN_REQUIRE(l == Layout::row_major || l == Layout::nchw, InvalidArgument, "Tensor::reshape",
+                    "needs a row-major (nchw) contiguous tensor, got ", describe(), "; call contiguous(Layout::nchw) first");
+    Tensor t = view();
+    t.shape_ = shape;
+    t.strides_ = contiguous_strides(shape, Layout::row_major);
+    return t;
+  }
+  Tensor slice(int dim, std::int64_t begin, std::int64_t end) const {
+    CUTRAIN_REQUIRE(dim >= 0 && dim < rank(), InvalidArgument, "Tensor::slice", "dim ", dim, " out of range for ", describe());
+    CUTRAIN_REQUIRE(0 <= begin && begin <= end && end <= shape_[dim], InvalidArgument, "Tensor::slice", "range [", begin, ",",
+                    end, ") out of bounds for dim ", dim, " of ", describe());
+    Tensor t = view();
+    t.offset_ += begin * strides_[static_cast<std::size_t>(dim)];
+    t.shape_[dim] = end - begin;
+    return t;
+  }
+
+ private:
+  void allocate(const Shape& shape, const TensorOptions& opts) {
+    check_shape_valid("Tensor", shape);
+    Layout l = opts.layout;
+    if (l == Layout::nchw && shape.rank() != 4) l = Layout::row_major;
+    CUTRAIN_REQUIRE(l != Layout::strided, InvalidArgument, "Tensor", "cannot allocate with layout strided");
+    CUTRAIN_REQUIRE(l != Layout::nhwc || shape.rank() == 4, InvalidArgument, "Tensor", "layout nhwc needs a 4-d shape, got ", shape);
+    shape_ = shape;
+    strides_ = contiguous_strides(shape, l);
+    offset_ = 0;
+    storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape.numel()) * sizeof(T), opts.device);
+  }
+  Tensor copy_to(Device dev, Layout l) const {
+    if (l == Layout::strided) l = layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;
+    Tensor t(shape_, {.layout = l, .device = dev});
+    t.copy_from(*this);
+    return t;
+  }
+  std::int64_t min_offset() const {
+    std::int64_t m = 0;
+    for (int d = 0; d < rank(); ++d)
+      if (strides_[static_cast<std::size_t>(d)] < 0) m += strides_[static_cast<std::size_t>(d)] * (shape_[d] - 1);
+    return m;
+  }
+  std::int64_t span() const {
+    std::int64_t lo = 0, hi = 0;
+    for (int d = 0; d < rank(); ++d) {
+      const auto s = strides_[static_cast<std::size_t>(d)] * (shape_[d] - 1);
+      (s < 0 ? lo : hi) += s;
+    }
+    return numel() == 0 ? 0 : hi - lo + 1;
+  }
+
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  Strides strides_;
+  std::int64_t offset_ = 0;
+};
+
+}  // namespace cutrain

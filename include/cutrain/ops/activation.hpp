@@ -1,0 +1,32 @@
+// activation_forward / activation_backward: dispatch on the tensors' device.
+#pragma once
+
+#include "cutrain/cpu/activation.hpp"
+#include "cutrain/ops/dispatch.hpp"
+
+namespace cutrain::ops {
+
+template <class T>
+Tensor<T> activation_forward(const Tensor<T>& x, const ActivationParams& a) {
+  constexpr std::string_view op = "activation_forward";
+  check::defined(op, x, "x");
+  if (detail::use_cpu(op, x)) {
+    if constexpr (CpuFloat<T>) return cpu::activation_forward(x, a);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+template <class T>
+Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const ActivationParams& a) {
+  constexpr std::string_view op = "activation_backward";
+  check::defined(op, x, "x");
+  check::shape(op, dy, x.shape(), "dy");
+  if (detail::use_cpu(op, x, dy)) {
+    if constexpr (CpuFloat<T>) return cpu::activation_backward(x, dy, a);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+}  // namespace cutrain::ops

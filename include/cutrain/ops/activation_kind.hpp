@@ -1,0 +1,32 @@
+// The activation functions cutrain knows, shared by the CPU and CUDA backends and fused epilogues.
+#pragma once
+
+#include <ostream>
+#include <string_view>
+
+namespace cutrain {
+
+enum class Activation { identity, relu, leaky_relu, elu, sigmoid, tanh, gelu_erf, gelu_tanh, silu };
+
+inline std::string_view to_string(Activation a) {
+  switch (a) {
+    case Activation::identity: return "identity";
+    case Activation::relu: return "relu";
+    case Activation::leaky_relu: return "leaky_relu";
+    case Activation::elu: return "elu";
+    case Activation::sigmoid: return "sigmoid";
+    case Activation::tanh: return "tanh";
+    case Activation::gelu_erf: return "gelu_erf";
+    case Activation::gelu_tanh: return "gelu_tanh";
+    case Activation::silu: return "silu";
+  }
+  return "?";
+}
+inline std::ostream& operator<<(std::ostream& os, Activation a) { return os << to_string(a); }
+
+struct ActivationParams {
+  Activation kind = Activation::relu;
+  double alpha = 0.01;  // negative slope of leaky_relu; alpha of elu (set 1.0 for the usual elu)
+};
+
+}  // namespace cutrain
