@@ -5,7 +5,7 @@
 #include <numbers>
 
 #include "cutrain/cpu/common.hpp"
-#include "cutrain/ops/activation_kind.hpp"
+#include "cutrain/core/params/activation.hpp"
 
 namespace cutrain::cpu {
 
