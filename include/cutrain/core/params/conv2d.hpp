@@ -1,0 +1,83 @@
+// 2-d convolution parameters and output-shape rule, shared by the CPU and CUDA backends.
+// Semantics are PyTorch's conv2d (cross-correlation), with padding allowed to differ per side.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <ostream>
+#include <string_view>
+
+#include "cutrain/core/error.hpp"
+#include "cutrain/core/shape.hpp"
+
+namespace cutrain {
+
+struct Conv2dParams {
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int dilation_h = 1, dilation_w = 1;
+  int groups = 1;
+
+  // The same stride, padding and dilation in both spatial dimensions (and on all four sides).
+  static Conv2dParams make(int stride, int pad, int dilation = 1, int groups = 1) {
+    return {.stride_h = stride, .stride_w = stride, .pad_top = pad, .pad_bottom = pad, .pad_left = pad,
+            .pad_right = pad, .dilation_h = dilation, .dilation_w = dilation, .groups = groups};
+  }
+  friend bool operator==(const Conv2dParams&, const Conv2dParams&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Conv2dParams& p) {
+  return os << "{stride " << p.stride_h << "x" << p.stride_w << ", pad t" << p.pad_top << " b" << p.pad_bottom << " l"
+            << p.pad_left << " r" << p.pad_right << ", dilation " << p.dilation_h << "x" << p.dilation_w << ", groups "
+            << p.groups << "}";
+}
+
+namespace detail {
+// Dimensions above this are refused, so that no size arithmetic below can overflow (cuDNN takes
+// 32-bit dimensions anyway).
+inline constexpr std::int64_t conv_max_dim = std::numeric_limits<std::int32_t>::max();
+
+inline void conv2d_check_dims(std::string_view op, const Shape& s, std::string_view name) {
+  CUTRAIN_REQUIRE(s.rank() == 4, InvalidArgument, op, name, " must be 4-d, got ", s);
+  for (auto d : s) {
+    CUTRAIN_REQUIRE(d > 0, InvalidArgument, op, name, " ", s, " has a zero or negative dimension");
+    CUTRAIN_REQUIRE(d <= conv_max_dim, InvalidArgument, op, name, " ", s, " has a dimension above 2^31-1");
+  }
+  // Four dims below 2^31 can still overflow int64 together: bound the element count.
+  std::int64_t n = 1;
+  for (auto d : s) {
+    CUTRAIN_REQUIRE(n <= std::numeric_limits<std::int64_t>::max() / 8 / d, InvalidArgument, op, name, " ", s,
+                    " has too many elements");
+    n *= d;
+  }
+}
+}  // namespace detail
+
+// Output shape [N, K, Ho, Wo] of a convolution of x [N, C, H, W] with w [K, C/groups, R, S]:
+//   Ho = (H + pad_top + pad_bottom - dilation_h * (R - 1) - 1) / stride_h + 1, and likewise Wo.
+// Validates shapes and parameters; errors name `op`.
+inline Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p,
+                                 std::string_view op = "conv2d_output_shape") {
+  CUTRAIN_REQUIRE(p.stride_h >= 1 && p.stride_w >= 1, InvalidArgument, op, "stride must be >= 1, got ", p);
+  CUTRAIN_REQUIRE(p.dilation_h >= 1 && p.dilation_w >= 1, InvalidArgument, op, "dilation must be >= 1, got ", p);
+  CUTRAIN_REQUIRE(p.pad_top >= 0 && p.pad_bottom >= 0 && p.pad_left >= 0 && p.pad_right >= 0, InvalidArgument, op,
+                  "padding must be >= 0, got ", p);
+  CUTRAIN_REQUIRE(p.groups >= 1, InvalidArgument, op, "groups must be >= 1, got ", p);
+  detail::conv2d_check_dims(op, x, "x");
+  detail::conv2d_check_dims(op, w, "w");
+  const std::int64_t C = x[1], K = w[0], g = p.groups;
+  CUTRAIN_REQUIRE(C % g == 0, InvalidArgument, op, "input channels of x ", x, " are not divisible by groups ", g);
+  CUTRAIN_REQUIRE(K % g == 0, InvalidArgument, op, "output channels of w ", w, " are not divisible by groups ", g);
+  CUTRAIN_REQUIRE(w[1] * g == C, InvalidArgument, op, "x ", x, " has ", C, " channels but w ", w, " with groups ", g,
+                  " expects ", w[1] * g);
+  const std::int64_t hp = x[2] + p.pad_top + p.pad_bottom, wp = x[3] + p.pad_left + p.pad_right;
+  const std::int64_t rd = std::int64_t{p.dilation_h} * (w[2] - 1) + 1, sd = std::int64_t{p.dilation_w} * (w[3] - 1) + 1;
+  CUTRAIN_REQUIRE(rd <= hp && sd <= wp, InvalidArgument, op, "dilated kernel ", rd, "x", sd, " of w ", w,
+                  " is larger than the padded input ", hp, "x", wp, " of x ", x, " (", p, ")");
+  const std::int64_t ho = (hp - rd) / p.stride_h + 1, wo = (wp - sd) / p.stride_w + 1;
+  // Unreachable after the check above; kept so the rule stands on its own if that check changes.
+  CUTRAIN_REQUIRE(ho > 0 && wo > 0, InvalidArgument, op, "output size ", ho, "x", wo, " is not positive");
+  return Shape{x[0], K, ho, wo};
+}
+
+}  // namespace cutrain

@@ -1,0 +1,55 @@
+// Batch and layer normalization: parameters and the results that forward hands to backward,
+// shared by the CPU and CUDA backends.
+#pragma once
+
+#include <cmath>
+#include <ostream>
+#include <string_view>
+
+#include "cutrain/core/error.hpp"
+#include "cutrain/core/tensor.hpp"
+
+namespace cutrain {
+
+// PyTorch's and cuDNN's meaning: running = (1 - momentum) * running + momentum * batch_stat.
+struct BatchNormParams {
+  double momentum = 0.1;
+  double eps = 1e-5;
+  friend bool operator==(const BatchNormParams&, const BatchNormParams&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const BatchNormParams& p) {
+  return os << "{momentum " << p.momentum << ", eps " << p.eps << "}";
+}
+
+// save_mean and save_inv_std ([C]) are the batch mean and 1 / sqrt(biased variance + eps) that
+// batch_norm_backward consumes.
+template <class T>
+struct BatchNormForward {
+  Tensor<T> y, save_mean, save_inv_std;
+};
+
+// mean and inv_std ([N]) are per sample, for layer_norm_backward.
+template <class T>
+struct LayerNormForward {
+  Tensor<T> y, mean, inv_std;
+};
+
+template <class T>
+struct NormBackward {
+  Tensor<T> dx, dgamma, dbeta;
+};
+
+namespace detail {
+// eps keeps 1 / sqrt(var + eps) finite when a channel is constant, so it must be positive.
+inline void norm_check_eps(std::string_view op, double eps) {
+  CUTRAIN_REQUIRE(eps > 0 && std::isfinite(eps), InvalidArgument, op, "eps must be positive and finite, got ", eps);
+}
+
+inline void norm_check_momentum(std::string_view op, double momentum) {
+  CUTRAIN_REQUIRE(momentum >= 0 && momentum <= 1, InvalidArgument, op, "momentum must lie in [0, 1], got ",
+                  momentum);
+}
+}  // namespace detail
+
+}  // namespace cutrain
