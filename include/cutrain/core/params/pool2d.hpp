@@ -1,0 +1,98 @@
+// 2-d pooling parameters and output shape, shared by the CPU and CUDA backends.
+// Semantics follow PyTorch's max_pool2d / avg_pool2d, with padding allowed to differ per side.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string_view>
+
+#include "cutrain/core/error.hpp"
+#include "cutrain/core/shape.hpp"
+
+namespace cutrain {
+
+enum class PoolMode { max, average };
+
+inline std::string_view to_string(PoolMode m) {
+  switch (m) {
+    case PoolMode::max: return "max";
+    case PoolMode::average: return "average";
+  }
+  return "?";
+}
+inline std::ostream& operator<<(std::ostream& os, PoolMode m) { return os << to_string(m); }
+
+struct Pool2dParams {
+  PoolMode mode = PoolMode::max;
+  int kernel_h = 2, kernel_w = 2;
+  int stride_h = 0, stride_w = 0;  // 0 means "equal to the kernel", as PyTorch's stride=None
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  bool count_include_pad = true;  // average only: divide by the window size inside the padded input
+  bool ceil_mode = false;
+
+  static Pool2dParams max(int kernel, int stride = 0, int pad = 0) {
+    return {.mode = PoolMode::max, .kernel_h = kernel, .kernel_w = kernel, .stride_h = stride, .stride_w = stride,
+            .pad_top = pad, .pad_bottom = pad, .pad_left = pad, .pad_right = pad};
+  }
+  static Pool2dParams average(int kernel, int stride = 0, int pad = 0, bool count_include_pad = true) {
+    return {.mode = PoolMode::average, .kernel_h = kernel, .kernel_w = kernel, .stride_h = stride,
+            .stride_w = stride, .pad_top = pad, .pad_bottom = pad, .pad_left = pad, .pad_right = pad,
+            .count_include_pad = count_include_pad};
+  }
+
+  int effective_stride_h() const { return stride_h > 0 ? stride_h : kernel_h; }
+  int effective_stride_w() const { return stride_w > 0 ? stride_w : kernel_w; }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Pool2dParams& p) {
+  os << "pool2d{" << p.mode << " kernel " << p.kernel_h << "x" << p.kernel_w << " stride " << p.stride_h << "x"
+     << p.stride_w << " pad t" << p.pad_top << " b" << p.pad_bottom << " l" << p.pad_left << " r" << p.pad_right;
+  if (p.mode == PoolMode::average) os << (p.count_include_pad ? " count_include_pad" : " exclude_pad");
+  if (p.ceil_mode) os << " ceil_mode";
+  return os << "}";
+}
+
+namespace detail {
+// One spatial dimension of the output, as PyTorch's pooling_output_shape: floor or ceil of
+// (in + pads - kernel) / stride + 1, where in ceil mode a last window that would start past
+// the input and the leading padding is dropped. Returns 0 when the kernel does not fit.
+inline std::int64_t pool_out_size(std::int64_t in, std::int64_t kernel, std::int64_t stride, std::int64_t pad_lo,
+                                  std::int64_t pad_hi, bool ceil_mode) {
+  const std::int64_t span = in + pad_lo + pad_hi - kernel;
+  if (span < 0) return 0;
+  std::int64_t out = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad_lo) --out;
+  return out;
+}
+}  // namespace detail
+
+// Validates x's shape and the parameters; returns [N, C, OH, OW]. `op` names the caller in errors.
+inline Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p, std::string_view op = "pool2d_output_shape") {
+  CUTRAIN_REQUIRE(x.rank() == 4, InvalidArgument, op, "input must be 4-d [N,C,H,W], got shape ", x);
+  for (auto d : x)
+    CUTRAIN_REQUIRE(d > 0, InvalidArgument, op, "input shape ", x, " has a zero or negative dimension");
+  CUTRAIN_REQUIRE(p.mode == PoolMode::max || p.mode == PoolMode::average, InvalidArgument, op, "unknown pool mode ",
+                  static_cast<int>(p.mode));
+  CUTRAIN_REQUIRE(p.kernel_h >= 1 && p.kernel_w >= 1, InvalidArgument, op, "kernel must be at least 1x1, got ",
+                  p.kernel_h, "x", p.kernel_w);
+  CUTRAIN_REQUIRE(p.stride_h >= 0 && p.stride_w >= 0, InvalidArgument, op,
+                  "stride must be non-negative (0 means the kernel size), got ", p.stride_h, "x", p.stride_w);
+  CUTRAIN_REQUIRE(p.pad_top >= 0 && p.pad_bottom >= 0 && p.pad_left >= 0 && p.pad_right >= 0, InvalidArgument, op,
+                  "padding must be non-negative, got ", p);
+  // PyTorch's rule: a window must never lie wholly in the padding.
+  CUTRAIN_REQUIRE(p.pad_top <= p.kernel_h / 2 && p.pad_bottom <= p.kernel_h / 2, InvalidArgument, op,
+                  "padding must be at most half the kernel (PyTorch's rule): pad_top ", p.pad_top, ", pad_bottom ",
+                  p.pad_bottom, " with kernel_h ", p.kernel_h);
+  CUTRAIN_REQUIRE(p.pad_left <= p.kernel_w / 2 && p.pad_right <= p.kernel_w / 2, InvalidArgument, op,
+                  "padding must be at most half the kernel (PyTorch's rule): pad_left ", p.pad_left, ", pad_right ",
+                  p.pad_right, " with kernel_w ", p.kernel_w);
+  const std::int64_t oh = detail::pool_out_size(x[2], p.kernel_h, p.effective_stride_h(), p.pad_top, p.pad_bottom,
+                                                p.ceil_mode);
+  const std::int64_t ow = detail::pool_out_size(x[3], p.kernel_w, p.effective_stride_w(), p.pad_left, p.pad_right,
+                                                p.ceil_mode);
+  CUTRAIN_REQUIRE(oh > 0 && ow > 0, InvalidArgument, op, "output size would be ", oh, "x", ow, " for input ", x,
+                  " with ", p, ": the kernel is larger than the padded input");
+  return Shape{x[0], x[1], oh, ow};
+}
+
+}  // namespace cutrain

@@ -1,0 +1,141 @@
+// 2-d max and average pooling, and global average pooling, on the CPU: forward and backward.
+// Inputs are staged to contiguous nchw; outputs and dx come back in x's layout.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cutrain/core/params/pool2d.hpp"
+#include "cutrain/cpu/common.hpp"
+
+namespace cutrain::cpu {
+
+namespace detail {
+struct PoolGeometry {
+  std::int64_t planes, h, w, oh, ow, kh, kw, sh, sw, pt, pb, pl, pr;
+};
+
+inline PoolGeometry pool_geometry(const Shape& x, const Pool2dParams& p) {
+  const Shape y = pool2d_output_shape(x, p);
+  return {x[0] * x[1], x[2], x[3], y[2], y[3], p.kernel_h, p.kernel_w, p.effective_stride_h(),
+          p.effective_stride_w(), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right};
+}
+
+// The part of output (i, j)'s window that lies inside the input: rows [h0, h1), columns [w0, w1);
+// `divisor` is what an average divides by.
+struct PoolWindow {
+  std::int64_t h0, h1, w0, w1, divisor;
+};
+
+inline PoolWindow pool_window(const PoolGeometry& g, const Pool2dParams& p, std::int64_t i, std::int64_t j) {
+  const std::int64_t hs = i * g.sh - g.pt, ws = j * g.sw - g.pl;
+  // count_include_pad counts the padding but not the ceil-mode overhang past it, as PyTorch.
+  const std::int64_t padded = (std::min(hs + g.kh, g.h + g.pb) - hs) * (std::min(ws + g.kw, g.w + g.pr) - ws);
+  PoolWindow win{std::max<std::int64_t>(hs, 0), std::min(hs + g.kh, g.h), std::max<std::int64_t>(ws, 0),
+                 std::min(ws + g.kw, g.w), 0};
+  win.divisor = p.count_include_pad ? padded : (win.h1 - win.h0) * (win.w1 - win.w0);
+  return win;
+}
+
+// Offset (within a plane) of the window's maximum: the first one in row-then-column order, or the
+// first NaN. Padding acts as -inf, and every valid window holds at least one input element.
+template <class T>
+std::int64_t pool_argmax(const T* plane, std::int64_t w, const PoolWindow& win) {
+  std::int64_t best = win.h0 * w + win.w0;
+  if (std::isnan(plane[best])) return best;
+  for (std::int64_t r = win.h0; r < win.h1; ++r)
+    for (std::int64_t c = win.w0; c < win.w1; ++c) {
+      const T v = plane[r * w + c];
+      if (std::isnan(v)) return r * w + c;
+      if (v > plane[best]) best = r * w + c;
+    }
+  return best;
+}
+}  // namespace detail
+
+template <CpuFloat T>
+Tensor<T> pool2d_forward(const Tensor<T>& x, const Pool2dParams& p) {
+  const auto g = detail::pool_geometry(x.shape(), p);
+  const Tensor<T> xc = row_major(x);
+  Tensor<T> y(Shape{x.dim(0), x.dim(1), g.oh, g.ow});
+  const T* xs = xc.data();
+  T* ys = y.data();
+  for (std::int64_t pl = 0; pl < g.planes; ++pl) {
+    const T* plane = xs + pl * g.h * g.w;
+    T* out = ys + pl * g.oh * g.ow;
+    for (std::int64_t i = 0; i < g.oh; ++i)
+      for (std::int64_t j = 0; j < g.ow; ++j) {
+        const auto win = detail::pool_window(g, p, i, j);
+        if (p.mode == PoolMode::max) {
+          out[i * g.ow + j] = plane[detail::pool_argmax(plane, g.w, win)];
+        } else {
+          T sum = 0;
+          for (std::int64_t r = win.h0; r < win.h1; ++r)
+            for (std::int64_t c = win.w0; c < win.w1; ++c) sum += plane[r * g.w + c];
+          out[i * g.ow + j] = sum / static_cast<T>(win.divisor);
+        }
+      }
+  }
+  return in_layout_of(std::move(y), x);
+}
+
+// dx: max routes each dy to its window's argmax (recomputed from x; y is not needed on the CPU but
+// is part of the API because cuDNN's backward takes it); average spreads dy / divisor over the
+// window's input elements.
+template <CpuFloat T>
+Tensor<T> pool2d_backward(const Tensor<T>& x, const Tensor<T>& /*y*/, const Tensor<T>& dy, const Pool2dParams& p) {
+  const auto g = detail::pool_geometry(x.shape(), p);
+  const Tensor<T> xc = row_major(x);
+  const Tensor<T> dyc = row_major(dy);
+  Tensor<T> dx = Tensor<T>::zeros(x.shape());  // accumulated into: overlapping windows share inputs
+  const T* xs = xc.data();
+  const T* dys = dyc.data();
+  T* dxs = dx.data();
+  for (std::int64_t pl = 0; pl < g.planes; ++pl) {
+    const T* plane = xs + pl * g.h * g.w;
+    const T* dout = dys + pl * g.oh * g.ow;
+    T* dplane = dxs + pl * g.h * g.w;
+    for (std::int64_t i = 0; i < g.oh; ++i)
+      for (std::int64_t j = 0; j < g.ow; ++j) {
+        const auto win = detail::pool_window(g, p, i, j);
+        const T d = dout[i * g.ow + j];
+        if (p.mode == PoolMode::max) {
+          dplane[detail::pool_argmax(plane, g.w, win)] += d;
+        } else {
+          const T share = d / static_cast<T>(win.divisor);
+          for (std::int64_t r = win.h0; r < win.h1; ++r)
+            for (std::int64_t c = win.w0; c < win.w1; ++c) dplane[r * g.w + c] += share;
+        }
+      }
+  }
+  return in_layout_of(std::move(dx), x);
+}
+
+// y[n, c, 0, 0] = mean over h, w of x[n, c, h, w].
+template <CpuFloat T>
+Tensor<T> global_avg_pool_forward(const Tensor<T>& x) {
+  const std::int64_t planes = x.dim(0) * x.dim(1), hw = x.dim(2) * x.dim(3);
+  const Tensor<T> xc = row_major(x);
+  Tensor<T> y(Shape{x.dim(0), x.dim(1), 1, 1});
+  ConstMapRM<T> xm(xc.data(), planes, hw);
+  MapRM<T> ym(y.data(), planes, 1);
+  ym = xm.rowwise().sum() / static_cast<T>(hw);
+  return in_layout_of(std::move(y), x);
+}
+
+// dx[n, c, h, w] = dy[n, c] / (H * W), in dx_layout (nchw or nhwc).
+template <CpuFloat T>
+Tensor<T> global_avg_pool_backward(const Tensor<T>& dy, const Shape& x_shape, Layout dx_layout = Layout::nchw) {
+  const std::int64_t planes = x_shape[0] * x_shape[1], hw = x_shape[2] * x_shape[3];
+  const Tensor<T> dyc = row_major(dy);
+  Tensor<T> dx(x_shape);
+  ConstMapRM<T> dym(dyc.data(), planes, 1);
+  MapRM<T> dxm(dx.data(), planes, hw);
+  dxm = (dym / static_cast<T>(hw)).replicate(1, hw);
+  if (dx_layout == Layout::nhwc) return dx.contiguous(Layout::nhwc);
+  return dx;
+}
+
+}  // namespace cutrain::cpu

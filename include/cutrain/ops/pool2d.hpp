@@ -1,0 +1,75 @@
+// pool2d_forward / pool2d_backward / global_avg_pool_forward / global_avg_pool_backward:
+// validate, then dispatch on the tensors' device.
+#pragma once
+
+#include "cutrain/cpu/pool2d.hpp"
+#include "cutrain/ops/dispatch.hpp"
+
+namespace cutrain::ops {
+
+namespace detail {
+template <class T>
+void check_pool_input(std::string_view op, const Tensor<T>& x) {
+  check::rank(op, x, 4, "x");
+  check::non_empty(op, x, "x");
+}
+}  // namespace detail
+
+template <class T>
+Tensor<T> pool2d_forward(const Tensor<T>& x, const Pool2dParams& p) {
+  constexpr std::string_view op = "pool2d_forward";
+  detail::check_pool_input(op, x);
+  pool2d_output_shape(x.shape(), p, op);
+  if (detail::use_cpu(op, x)) {
+    if constexpr (CpuFloat<T>) return cpu::pool2d_forward(x, p);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// dx for dy = dL/dy, where y = pool2d_forward(x, p). dx takes x's layout.
+template <class T>
+Tensor<T> pool2d_backward(const Tensor<T>& x, const Tensor<T>& y, const Tensor<T>& dy, const Pool2dParams& p) {
+  constexpr std::string_view op = "pool2d_backward";
+  detail::check_pool_input(op, x);
+  const Shape out = pool2d_output_shape(x.shape(), p, op);
+  check::shape(op, y, out, "y");
+  check::shape(op, dy, out, "dy");
+  if (detail::use_cpu(op, x, y, dy)) {
+    if constexpr (CpuFloat<T>) return cpu::pool2d_backward(x, y, dy, p);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// [N, C, H, W] -> [N, C, 1, 1], the mean over each channel's plane.
+template <class T>
+Tensor<T> global_avg_pool_forward(const Tensor<T>& x) {
+  constexpr std::string_view op = "global_avg_pool_forward";
+  detail::check_pool_input(op, x);
+  if (detail::use_cpu(op, x)) {
+    if constexpr (CpuFloat<T>) return cpu::global_avg_pool_forward(x);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// dx of shape x_shape for dy of shape [N, C, 1, 1]. A [N, C, 1, 1] tensor does not show whether x
+// was nchw or nhwc, so the caller says which layout dx should take (nchw or nhwc).
+template <class T>
+Tensor<T> global_avg_pool_backward(const Tensor<T>& dy, const Shape& x_shape, Layout dx_layout = Layout::nchw) {
+  constexpr std::string_view op = "global_avg_pool_backward";
+  CUTRAIN_REQUIRE(x_shape.rank() == 4, InvalidArgument, op, "x_shape must be 4-d [N,C,H,W], got ", x_shape);
+  for (auto d : x_shape)
+    CUTRAIN_REQUIRE(d > 0, InvalidArgument, op, "x_shape ", x_shape, " has a zero or negative dimension");
+  CUTRAIN_REQUIRE(dx_layout == Layout::nchw || dx_layout == Layout::row_major || dx_layout == Layout::nhwc,
+                  InvalidArgument, op, "dx_layout must be nchw or nhwc, got ", dx_layout);
+  check::shape(op, dy, Shape{x_shape[0], x_shape[1], 1, 1}, "dy");
+  if (detail::use_cpu(op, dy)) {
+    if constexpr (CpuFloat<T>) return cpu::global_avg_pool_backward(dy, x_shape, dx_layout);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+}  // namespace cutrain::ops
