@@ -1,0 +1,85 @@
+// conv2d_forward / conv2d_backward_data / conv2d_backward_filter / conv2d_backward_bias:
+// validate, then dispatch on the tensors' device.
+#pragma once
+
+#include "cutrain/cpu/conv2d.hpp"
+#include "cutrain/ops/dispatch.hpp"
+
+namespace cutrain::ops {
+
+namespace detail {
+template <class T>
+void conv2d_check_bias(std::string_view op, const Tensor<T>& bias, std::int64_t K) {
+  if (!bias.defined()) return;  // undefined means: no bias
+  check::shape(op, bias, Shape{K}, "bias");
+}
+
+// dy must be exactly the output that x_shape and w_shape give.
+template <class T>
+void conv2d_check_dy(std::string_view op, const Tensor<T>& dy, const Shape& x_shape, const Shape& w_shape,
+                     const Conv2dParams& p) {
+  check::rank(op, dy, 4, "dy");
+  const Shape y = conv2d_output_shape(x_shape, w_shape, p, op);
+  CUTRAIN_REQUIRE(dy.shape() == y, InvalidArgument, op, "dy must have the output shape ", y, " of x ", x_shape,
+                  " and w ", w_shape, " with ", p, ", got ", dy.describe());
+}
+}  // namespace detail
+
+template <class T>
+Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Conv2dParams& p) {
+  constexpr std::string_view op = "conv2d_forward";
+  check::rank(op, x, 4, "x");
+  check::rank(op, w, 4, "w");
+  conv2d_output_shape(x.shape(), w.shape(), p, op);
+  detail::conv2d_check_bias(op, bias, w.dim(0));
+  const bool cpu = bias.defined() ? detail::use_cpu(op, x, w, bias) : detail::use_cpu(op, x, w);
+  if (cpu) {
+    if constexpr (CpuFloat<T>) return cpu::conv2d_forward(x, w, bias, p);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+template <class T>
+Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Conv2dParams& p) {
+  return conv2d_forward(x, w, Tensor<T>{}, p);
+}
+
+template <class T>
+Tensor<T> conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Shape& x_shape, const Conv2dParams& p) {
+  constexpr std::string_view op = "conv2d_backward_data";
+  check::rank(op, w, 4, "w");
+  detail::conv2d_check_dy(op, dy, x_shape, w.shape(), p);
+  if (detail::use_cpu(op, dy, w)) {
+    if constexpr (CpuFloat<T>) return cpu::conv2d_backward_data(dy, w, x_shape, p);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+template <class T>
+Tensor<T> conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Shape& w_shape,
+                                 const Conv2dParams& p) {
+  constexpr std::string_view op = "conv2d_backward_filter";
+  check::rank(op, x, 4, "x");
+  detail::conv2d_check_dy(op, dy, x.shape(), w_shape, p);
+  if (detail::use_cpu(op, dy, x)) {
+    if constexpr (CpuFloat<T>) return cpu::conv2d_backward_filter(dy, x, w_shape, p);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+template <class T>
+Tensor<T> conv2d_backward_bias(const Tensor<T>& dy) {
+  constexpr std::string_view op = "conv2d_backward_bias";
+  check::rank(op, dy, 4, "dy");
+  cutrain::detail::conv2d_check_dims(op, dy.shape(), "dy");
+  if (detail::use_cpu(op, dy)) {
+    if constexpr (CpuFloat<T>) return cpu::conv2d_backward_bias(dy);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+}  // namespace cutrain::ops
