@@ -1,6 +1,13 @@
-// Everything that runs on the host: core/, cpu/ and ops/. Compiles with no CUDA on the machine.
+// Everything that runs on the host: core/, cpu/, ops/ and data/. Compiles with no CUDA on the
+// machine (ops on cuda tensors then throw DeviceError).
 #pragma once
 
 #include "cutrain/version.hpp"
+#include "cutrain/core/cast.hpp"
 #include "cutrain/core/tensor.hpp"
+#include "cutrain/data/idx.hpp"
 #include "cutrain/ops/activation.hpp"
+#include "cutrain/ops/batch_norm.hpp"
+#include "cutrain/ops/conv2d.hpp"
+#include "cutrain/ops/layer_norm.hpp"
+#include "cutrain/ops/pool2d.hpp"

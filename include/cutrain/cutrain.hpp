@@ -1,4 +1,9 @@
-// All of cutrain. With CUTRAIN_WITH_CUDA defined (link cutrain::cuda), the CUDA backend too.
+// All of cutrain. With CUTRAIN_WITH_CUDA defined (link cutrain::cuda), ops on cuda tensors run
+// on the GPU where the CUDA backend has them.
 #pragma once
 
 #include "cutrain/cpu.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/runtime.hpp"
+#endif

@@ -46,6 +46,35 @@ void for_each_offset(const Shape& shape, const Strides& strides, std::int64_t ba
     }
   }
 }
+
+// Calls fn(offset_a, offset_b) for every element of two equally shaped strided arrays; the
+// innermost dimension runs as a plain loop.
+template <class Fn>
+void for_each_offset2(const Shape& shape, const Strides& sa, const Strides& sb, Fn&& fn) {
+  const int r = shape.rank();
+  if (shape.numel() == 0) return;
+  if (r == 0) return fn(std::int64_t{0}, std::int64_t{0});
+  const auto last = static_cast<std::size_t>(r - 1);
+  const std::int64_t inner = shape[r - 1], ia = sa[last], ib = sb[last];
+  std::vector<std::int64_t> idx(last, 0);
+  std::int64_t oa = 0, ob = 0;
+  for (;;) {
+    for (std::int64_t i = 0; i < inner; ++i) fn(oa + i * ia, ob + i * ib);
+    int d = r - 2;
+    for (; d >= 0; --d) {
+      const auto ud = static_cast<std::size_t>(d);
+      if (++idx[ud] < shape[d]) {
+        oa += sa[ud];
+        ob += sb[ud];
+        break;
+      }
+      oa -= sa[ud] * (shape[d] - 1);
+      ob -= sb[ud] * (shape[d] - 1);
+      idx[ud] = 0;
+    }
+    if (d < 0) return;
+  }
+}
 }  // namespace detail
 
 template <class T>
@@ -170,11 +199,13 @@ class Tensor {
     CUTRAIN_REQUIRE(src.shape() == shape_, InvalidArgument, "Tensor::copy_from", "source ", src.describe(),
                     " and destination ", describe(), " differ in shape");
     if (device().is_cpu() && src.device().is_cpu()) {
-      std::vector<std::int64_t> offs(static_cast<std::size_t>(numel()));
-      detail::for_each_offset(shape_, strides_, 0, [&](std::int64_t i, std::int64_t off) { offs[static_cast<std::size_t>(i)] = off; });
       T* dst = data();
       const T* s = src.data();
-      detail::for_each_offset(src.shape_, src.strides_, 0, [&](std::int64_t i, std::int64_t off) { dst[offs[static_cast<std::size_t>(i)]] = s[off]; });
+      if (is_contiguous() && src.layout() == layout()) {
+        std::copy(s, s + numel(), dst);
+        return;
+      }
+      detail::for_each_offset2(shape_, strides_, src.strides_, [&](std::int64_t od, std::int64_t os) { dst[od] = s[os]; });
       return;
     }
     if (src.layout() == layout() && is_contiguous()) {

@@ -5,6 +5,10 @@
 #include "cutrain/cpu/conv2d.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cudnn/conv.hpp"
+#endif
+
 namespace cutrain::ops {
 
 namespace detail {
@@ -32,11 +36,20 @@ Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>
   check::rank(op, w, 4, "w");
   conv2d_output_shape(x.shape(), w.shape(), p, op);
   detail::conv2d_check_bias(op, bias, w.dim(0));
-  const bool cpu = bias.defined() ? detail::use_cpu(op, x, w, bias) : detail::use_cpu(op, x, w);
+  const bool cpu = bias.defined() ? detail::on_cpu(op, x, w, bias) : detail::on_cpu(op, x, w);
   if (cpu) {
     if constexpr (CpuFloat<T>) return cpu::conv2d_forward(x, w, bias, p);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::cudnn::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(conv2d_output_shape(x.shape(), w.shape(), p, op), x);
+    cuda::cudnn::conv2d_forward(x, w, bias, p, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -50,10 +63,19 @@ Tensor<T> conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Sh
   constexpr std::string_view op = "conv2d_backward_data";
   check::rank(op, w, 4, "w");
   detail::conv2d_check_dy(op, dy, x_shape, w.shape(), p);
-  if (detail::use_cpu(op, dy, w)) {
+  if (detail::on_cpu(op, dy, w)) {
     if constexpr (CpuFloat<T>) return cpu::conv2d_backward_data(dy, w, x_shape, p);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::cudnn::GpuFloat<T>) {
+    Tensor<T> dx = detail::device_output<T>(x_shape, dy);
+    cuda::cudnn::conv2d_backward_data(dy, w, p, dx);
+    return dx;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -63,10 +85,19 @@ Tensor<T> conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const 
   constexpr std::string_view op = "conv2d_backward_filter";
   check::rank(op, x, 4, "x");
   detail::conv2d_check_dy(op, dy, x.shape(), w_shape, p);
-  if (detail::use_cpu(op, dy, x)) {
+  if (detail::on_cpu(op, dy, x)) {
     if constexpr (CpuFloat<T>) return cpu::conv2d_backward_filter(dy, x, w_shape, p);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::cudnn::GpuFloat<T>) {
+    Tensor<T> dw = detail::device_output<T>(w_shape, x);
+    cuda::cudnn::conv2d_backward_filter(dy, x, p, dw);
+    return dw;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -75,10 +106,19 @@ Tensor<T> conv2d_backward_bias(const Tensor<T>& dy) {
   constexpr std::string_view op = "conv2d_backward_bias";
   check::rank(op, dy, 4, "dy");
   cutrain::detail::conv2d_check_dims(op, dy.shape(), "dy");
-  if (detail::use_cpu(op, dy)) {
+  if (detail::on_cpu(op, dy)) {
     if constexpr (CpuFloat<T>) return cpu::conv2d_backward_bias(dy);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::cudnn::GpuFloat<T>) {
+    Tensor<T> db(Shape{dy.dim(1)}, {.device = dy.device()});
+    cuda::cudnn::conv2d_backward_bias(dy, db);
+    return db;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 

@@ -17,6 +17,29 @@ bool use_cpu(std::string_view op, const Tensor<T>& first, const Rest&... rest) {
   throw NotImplemented(op, cutrain::detail::cat("not implemented on CUDA yet (tensors on ", d, ")"));
 }
 
+// For ops with a CUDA implementation: checks that all tensors share a device and returns true
+// for the CPU, false for CUDA (throwing when this build has no CUDA).
+template <class T, class... Rest>
+bool on_cpu(std::string_view op, const Tensor<T>& first, const Rest&... rest) {
+  const Device d = check::same_device(op, first, rest...);
+  if (d.is_cpu()) return true;
+  if constexpr (!built_with_cuda) cutrain::detail::no_cuda(op);
+  return false;
+}
+
+// A new output of `shape` on like's device, nhwc when `like` is nhwc (else row-major/nchw).
+template <class T, class U>
+Tensor<T> device_output(const Shape& shape, const Tensor<U>& like) {
+  const Layout l = shape.rank() == 4 && like.layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;
+  return Tensor<T>(shape, {.layout = l, .device = like.device()});
+}
+
+// The CUDA backend computes in f32, bf16 and f16.
+template <class T>
+[[noreturn]] void gpu_dtype_unsupported(std::string_view op) {
+  throw NotImplemented(op, cutrain::detail::cat("the CUDA backend computes in f32, bf16 and f16, got ", dtype_of<T>));
+}
+
 // The CPU backend computes in f32 and f64 only.
 template <class T>
 [[noreturn]] void cpu_dtype_unsupported(std::string_view op) {

@@ -1,0 +1,22 @@
+// Element type conversion of a whole tensor (host-side; device tensors round-trip through the
+// host until the CUDA cast kernel lands). f16/bf16 round to nearest even.
+#pragma once
+
+#include "cutrain/core/tensor.hpp"
+
+namespace cutrain {
+
+template <class U, class T>
+Tensor<U> cast(const Tensor<T>& t) {
+  CUTRAIN_REQUIRE(t.defined(), InvalidArgument, "cast", "input is an empty (undefined) tensor");
+  const auto v = t.to_vector();
+  std::vector<U> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<U, half> || std::is_same_v<U, bfloat16>) out[i] = U(static_cast<float>(v[i]));
+    else out[i] = static_cast<U>(static_cast<double>(v[i]));
+  }
+  const Layout l = t.layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;
+  return Tensor<U>::from_vector(out, t.shape(), {.layout = l, .device = t.device()});
+}
+
+}  // namespace cutrain

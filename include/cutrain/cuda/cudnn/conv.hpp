@@ -1,0 +1,143 @@
+// conv2d on cuDNN's graph API: forward (with the bias add fused), backward data, backward filter
+// and the bias gradient (a reduction graph). The same semantics as cpu/conv2d.hpp.
+#pragma once
+
+#include "cutrain/core/params/conv2d.hpp"
+#include "cutrain/cuda/cudnn/graph.hpp"
+
+namespace cutrain::cuda::cudnn {
+
+namespace detail {
+template <class T>
+std::string conv_key(const char* op, const Conv2dParams& p, bool strict) {
+  return cutrain::detail::cat(op, " ", dtype_of<T>, strict ? "" : "+tf32", " stride ", p.stride_h, "x", p.stride_w, " pad ",
+                              p.pad_top, ",", p.pad_bottom, ",", p.pad_left, ",", p.pad_right, " dil ", p.dilation_h, "x",
+                              p.dilation_w, " groups ", p.groups);
+}
+
+template <class T>
+std::shared_ptr<fe::graph::Graph> new_graph() {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe_type<T>::value)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+template <class T>
+bool strict_f32() {
+  return std::is_same_v<T, float> && !math_options().allow_tf32;
+}
+
+inline std::vector<std::int64_t> pre(const Conv2dParams& p) { return {p.pad_top, p.pad_left}; }
+inline std::vector<std::int64_t> post(const Conv2dParams& p) { return {p.pad_bottom, p.pad_right}; }
+inline std::vector<std::int64_t> stride(const Conv2dParams& p) { return {p.stride_h, p.stride_w}; }
+inline std::vector<std::int64_t> dilation(const Conv2dParams& p) { return {p.dilation_h, p.dilation_w}; }
+
+// [K] bias as the [1, K, 1, 1] tensor a pointwise op broadcasts.
+inline Shape bias_dims(std::int64_t k) { return {1, k, 1, 1}; }
+inline Strides bias_strides(std::int64_t k) { return {k, 1, k, k}; }
+}  // namespace detail
+
+// y = conv(x, w) (+ bias). y must be allocated with the output shape; bias may be undefined.
+template <GpuFloat T>
+void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Conv2dParams& p, Tensor<T>& y) {
+  constexpr std::string_view op = "conv2d_forward";
+  const int dev = x.device().index;
+  const bool strict = detail::strict_f32<T>();
+  const bool has_bias = bias.defined();
+  const std::string key = detail::conv_key<T>("fprop", p, strict) + signature(" x", x.shape(), x.strides()) +
+                          signature(" w", w.shape(), w.strides()) + signature(" y", y.shape(), y.strides()) +
+                          (has_bias ? " +bias" : "");
+  BuiltGraph& bg = cached_graph(dev, key, [&] {
+    auto g = detail::new_graph<T>();
+    auto X = tensor(*g, "x", x);
+    auto W = tensor(*g, "w", w);
+    auto Y = g->conv_fprop(X, W, fe::graph::Conv_fprop_attributes()
+                                     .set_pre_padding(detail::pre(p))
+                                     .set_post_padding(detail::post(p))
+                                     .set_stride(detail::stride(p))
+                                     .set_dilation(detail::dilation(p)));
+    BuiltGraph b{g, {X, W}, 0};
+    if (has_bias) {
+      auto B = tensor(*g, "bias", detail::bias_dims(w.dim(0)), detail::bias_strides(w.dim(0)), fe_type<T>::value);
+      Y = g->pointwise(Y, B, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
+      b.tensors.push_back(B);
+    }
+    Y->set_output(true).set_dim(y.shape().dims()).set_stride(y.strides()).set_data_type(fe_type<T>::value);
+    b.tensors.push_back(Y);
+    build(*g, handles(dev).cudnn, op, key, strict);
+    b.workspace = g->get_workspace_size();
+    return b;
+  });
+  if (has_bias) execute(bg, dev, {x.data(), w.data(), bias.data(), y.data()}, op, key);
+  else execute(bg, dev, {x.data(), w.data(), y.data()}, op, key);
+}
+
+// dx = conv_transpose(dy, w); dx must be allocated with x's shape.
+template <GpuFloat T>
+void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dParams& p, Tensor<T>& dx) {
+  constexpr std::string_view op = "conv2d_backward_data";
+  const int dev = dy.device().index;
+  const bool strict = detail::strict_f32<T>();
+  const std::string key = detail::conv_key<T>("dgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
+                          signature(" w", w.shape(), w.strides()) + signature(" dx", dx.shape(), dx.strides());
+  BuiltGraph& bg = cached_graph(dev, key, [&] {
+    auto g = detail::new_graph<T>();
+    auto DY = tensor(*g, "dy", dy);
+    auto W = tensor(*g, "w", w);
+    auto DX = g->conv_dgrad(DY, W, fe::graph::Conv_dgrad_attributes()
+                                       .set_pre_padding(detail::pre(p))
+                                       .set_post_padding(detail::post(p))
+                                       .set_stride(detail::stride(p))
+                                       .set_dilation(detail::dilation(p)));
+    DX->set_output(true).set_dim(dx.shape().dims()).set_stride(dx.strides()).set_data_type(fe_type<T>::value);
+    build(*g, handles(dev).cudnn, op, key, strict);
+    return BuiltGraph{g, {DY, W, DX}, g->get_workspace_size()};
+  });
+  execute(bg, dev, {dy.data(), w.data(), dx.data()}, op, key);
+}
+
+// dw = correlation of x with dy; dw must be allocated with w's shape.
+template <GpuFloat T>
+void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2dParams& p, Tensor<T>& dw) {
+  constexpr std::string_view op = "conv2d_backward_filter";
+  const int dev = dy.device().index;
+  const bool strict = detail::strict_f32<T>();
+  const std::string key = detail::conv_key<T>("wgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
+                          signature(" x", x.shape(), x.strides()) + signature(" dw", dw.shape(), dw.strides());
+  BuiltGraph& bg = cached_graph(dev, key, [&] {
+    auto g = detail::new_graph<T>();
+    auto DY = tensor(*g, "dy", dy);
+    auto X = tensor(*g, "x", x);
+    auto DW = g->conv_wgrad(DY, X, fe::graph::Conv_wgrad_attributes()
+                                       .set_pre_padding(detail::pre(p))
+                                       .set_post_padding(detail::post(p))
+                                       .set_stride(detail::stride(p))
+                                       .set_dilation(detail::dilation(p)));
+    DW->set_output(true).set_dim(dw.shape().dims()).set_stride(dw.strides()).set_data_type(fe_type<T>::value);
+    build(*g, handles(dev).cudnn, op, key, strict);
+    return BuiltGraph{g, {DY, X, DW}, g->get_workspace_size()};
+  });
+  execute(bg, dev, {dy.data(), x.data(), dw.data()}, op, key);
+}
+
+// db[k] = sum over n, h, w of dy[n, k, h, w]; db is [K].
+template <GpuFloat T>
+void conv2d_backward_bias(const Tensor<T>& dy, Tensor<T>& db) {
+  constexpr std::string_view op = "conv2d_backward_bias";
+  const int dev = dy.device().index;
+  const std::int64_t k = dy.dim(1);
+  const std::string key = cutrain::detail::cat("bias grad ", dtype_of<T>, signature(" dy", dy.shape(), dy.strides()));
+  BuiltGraph& bg = cached_graph(dev, key, [&] {
+    auto g = detail::new_graph<T>();
+    auto DY = tensor(*g, "dy", dy);
+    auto DB = g->reduction(DY, fe::graph::Reduction_attributes().set_mode(fe::ReductionMode_t::ADD));
+    DB->set_output(true).set_dim(detail::bias_dims(k).dims()).set_stride(detail::bias_strides(k)).set_data_type(fe_type<T>::value);
+    build(*g, handles(dev).cudnn, op, key, false);
+    return BuiltGraph{g, {DY, DB}, g->get_workspace_size()};
+  });
+  execute(bg, dev, {dy.data(), db.data()}, op, key);
+}
+
+}  // namespace cutrain::cuda::cudnn

@@ -1,0 +1,97 @@
+// cudnn-frontend graphs from typed tensors: the data type trait, tensor attributes from a
+// Tensor<T>, the error macro, and a per-thread cache of built graphs keyed by op signature.
+#pragma once
+
+#include <cudnn_frontend.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "cutrain/core/tensor.hpp"
+#include "cutrain/cuda/runtime.hpp"
+
+// Turns a cudnn-frontend error_t into a CudnnError naming the op and what was being done.
+#define CUTRAIN_FE_CHECK(expr, op, context)                                                    \
+  do {                                                                                         \
+    if (auto cutrain_fe_status_ = (expr); cutrain_fe_status_.is_bad())                         \
+      throw ::cutrain::CudnnError((op), ::cutrain::detail::cat((context), ": ",                \
+                                                                cutrain_fe_status_.get_message())); \
+  } while (0)
+
+namespace cutrain::cuda::cudnn {
+
+namespace fe = cudnn_frontend;
+
+template <class T> struct fe_type;
+template <> struct fe_type<float> { static constexpr auto value = fe::DataType_t::FLOAT; };
+template <> struct fe_type<half> { static constexpr auto value = fe::DataType_t::HALF; };
+template <> struct fe_type<bfloat16> { static constexpr auto value = fe::DataType_t::BFLOAT16; };
+
+template <class T>
+concept GpuFloat = std::same_as<T, float> || std::same_as<T, half> || std::same_as<T, bfloat16>;
+
+// Per-thread math options. TF32 for f32 convolutions is off unless asked for.
+struct MathOptions {
+  bool allow_tf32 = false;
+};
+inline MathOptions& math_options() {
+  thread_local MathOptions o;
+  return o;
+}
+
+using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+inline TensorAttr tensor(fe::graph::Graph& g, const char* name, const Shape& dims, const Strides& strides,
+                         fe::DataType_t type) {
+  return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_dim(dims.dims()).set_stride(strides).set_data_type(type));
+}
+
+template <class T>
+TensorAttr tensor(fe::graph::Graph& g, const char* name, const Tensor<T>& t) {
+  return tensor(g, name, t.shape(), t.strides(), fe_type<T>::value);
+}
+
+// A built graph, its tensors in execution order, and the workspace its plan needs.
+struct BuiltGraph {
+  std::shared_ptr<fe::graph::Graph> graph;
+  std::vector<TensorAttr> tensors;
+  std::int64_t workspace = 0;
+};
+
+// Validates, lowers and plans a graph with cuDNN's heuristics (the autotuner replaces this choice).
+inline void build(fe::graph::Graph& g, cudnnHandle_t handle, std::string_view op, const std::string& key, bool strict_f32) {
+  CUTRAIN_FE_CHECK(g.validate(), op, key + ": validate");
+  CUTRAIN_FE_CHECK(g.build_operation_graph(handle), op, key + ": build_operation_graph");
+  CUTRAIN_FE_CHECK(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), op,
+                   key + ": create_execution_plans");
+  if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE});
+  CUTRAIN_FE_CHECK(g.check_support(handle), op, key + ": no cuDNN engine supports this combination");
+  CUTRAIN_FE_CHECK(g.build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), op, key + ": build_plans");
+}
+
+// The graph for `key` on `device`, built by `make` at first use; later calls are a hash lookup.
+inline BuiltGraph& cached_graph(int device, const std::string& key, const std::function<BuiltGraph()>& make) {
+  thread_local std::unordered_map<std::string, BuiltGraph> cache;
+  const std::string full = std::to_string(device) + "|" + key;
+  auto it = cache.find(full);
+  if (it == cache.end()) it = cache.emplace(full, make()).first;
+  return it->second;
+}
+
+// Runs a built graph with the device pointers of its tensors, in the order of bg.tensors.
+inline void execute(const BuiltGraph& bg, int device, std::initializer_list<const void*> ptrs, std::string_view op,
+                    const std::string& key) {
+  std::unordered_map<TensorAttr, void*> pack;
+  auto p = ptrs.begin();
+  for (const auto& t : bg.tensors) pack.emplace(t, const_cast<void*>(*p++));
+  void* ws = workspace(device, static_cast<std::size_t>(bg.workspace));
+  CUTRAIN_FE_CHECK(bg.graph->execute(handles(device).cudnn, pack, ws), op, key + ": execute");
+}
+
+inline std::string signature(const char* name, const Shape& s, const Strides& st) {
+  return cutrain::detail::cat(name, s, strides_str(st));
+}
+
+}  // namespace cutrain::cuda::cudnn
