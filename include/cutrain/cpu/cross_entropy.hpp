@@ -23,7 +23,8 @@ Tensor<T> cross_entropy_forward(const Tensor<T>& logits, const Tensor<std::int32
     const T* lr = logp.data() + i * C;
     double row_sum = 0;
     for (std::int64_t c = 0; c < C; ++c) row_sum += static_cast<double>(lr[c]);
-    total -= (1 - eps) * static_cast<double>(lr[lab[static_cast<std::size_t>(i)]]) + eps / static_cast<double>(C) * row_sum;
+    const double picked = static_cast<double>(lr[lab[static_cast<std::size_t>(i)]]);
+    total -= (1 - eps) * picked + eps / static_cast<double>(C) * row_sum;
   }
   if (p.reduction == Reduction::mean) total /= static_cast<double>(N);
   Tensor<T> loss(Shape{});

@@ -1,0 +1,63 @@
+// cross_entropy_forward / cross_entropy_backward (softmax + NLL from logits): dispatch on device.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cutrain/cpu/cross_entropy.hpp"
+#include "cutrain/ops/dispatch.hpp"
+
+namespace cutrain::ops {
+
+namespace detail {
+template <class T>
+void check_cross_entropy(std::string_view op, const Tensor<T>& logits, const Tensor<std::int32_t>& labels,
+                         const CrossEntropyParams& p) {
+  check::rank(op, logits, 2, "logits");
+  const auto N = logits.dim(0), C = logits.dim(1);
+  CUTRAIN_REQUIRE(C > 0, InvalidArgument, op, "logits ", logits.describe(), " has no classes (C == 0)");
+  check::defined(op, labels, "labels");
+  CUTRAIN_REQUIRE(labels.shape() == Shape{N}, InvalidArgument, op, "labels must have shape [N] = ", Shape{N},
+                  " to match logits ", logits.describe(), ", got ", labels.describe());
+  CUTRAIN_REQUIRE(p.reduction == Reduction::mean || p.reduction == Reduction::sum, InvalidArgument, op,
+                  "unknown reduction ", static_cast<int>(p.reduction));
+  CUTRAIN_REQUIRE(p.reduction != Reduction::mean || N > 0, InvalidArgument, op,
+                  "the mean over an empty batch is undefined: logits ", logits.describe());
+  CUTRAIN_REQUIRE(p.label_smoothing >= 0.0 && p.label_smoothing < 1.0, InvalidArgument, op,
+                  "label_smoothing must be in [0, 1), got ", p.label_smoothing);
+  // Labels index the logits: an out-of-range one would read outside the row.
+  const auto lab = labels.to_vector();
+  for (std::size_t i = 0; i < lab.size(); ++i)
+    CUTRAIN_REQUIRE(lab[i] >= 0 && lab[i] < C, InvalidArgument, op, "label ", lab[i], " at index ", i,
+                    " is out of range [0, ", C, ") for logits ", logits.describe());
+}
+}  // namespace detail
+
+// The loss, a tensor of shape {} (rank 0, one element).
+template <class T>
+Tensor<T> cross_entropy_forward(const Tensor<T>& logits, const Tensor<std::int32_t>& labels,
+                                const CrossEntropyParams& p = {}) {
+  constexpr std::string_view op = "cross_entropy_forward";
+  detail::check_cross_entropy(op, logits, labels, p);
+  if (detail::use_cpu(op, logits, labels)) {
+    if constexpr (CpuFloat<T>) return cpu::cross_entropy_forward(logits, labels, p);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// dlogits [N, C] for an upstream gradient dloss of the scalar loss. T is deduced from the logits
+// only, so a double literal works as dloss for float logits.
+template <class T>
+Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int32_t>& labels,
+                                 std::type_identity_t<T> dloss, const CrossEntropyParams& p = {}) {
+  constexpr std::string_view op = "cross_entropy_backward";
+  detail::check_cross_entropy(op, logits, labels, p);
+  if (detail::use_cpu(op, logits, labels)) {
+    if constexpr (CpuFloat<T>) return cpu::cross_entropy_backward(logits, labels, dloss, p);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+}  // namespace cutrain::ops

@@ -1,0 +1,101 @@
+// add / multiply / scale and their backwards: dispatch on the tensors' device.
+#pragma once
+
+#include <cmath>
+
+#include "cutrain/cpu/elementwise.hpp"
+#include "cutrain/ops/dispatch.hpp"
+
+namespace cutrain::ops {
+
+namespace detail {
+template <class T>
+void check_elementwise_pair(std::string_view op, const Tensor<T>& a, std::string_view a_name, const Tensor<T>& b,
+                      std::string_view b_name) {
+  check::defined(op, a, a_name);
+  check::defined(op, b, b_name);
+  CUTRAIN_REQUIRE(a.shape() == b.shape(), InvalidArgument, op, a_name, " ", a.describe(), " and ", b_name, " ",
+                  b.describe(), " differ in shape (no broadcasting)");
+}
+
+inline void check_elementwise_alpha(std::string_view op, double alpha) {
+  CUTRAIN_REQUIRE(std::isfinite(alpha), InvalidArgument, op, "alpha must be finite, got ", alpha);
+}
+}  // namespace detail
+
+// a + b; same shapes, any layouts; the output takes a's layout.
+template <class T>
+Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
+  constexpr std::string_view op = "add";
+  detail::check_elementwise_pair(op, a, "a", b, "b");
+  if (detail::use_cpu(op, a, b)) {
+    if constexpr (CpuFloat<T>) return cpu::add(a, b);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// a * b elementwise; the output takes a's layout.
+template <class T>
+Tensor<T> multiply(const Tensor<T>& a, const Tensor<T>& b) {
+  constexpr std::string_view op = "multiply";
+  detail::check_elementwise_pair(op, a, "a", b, "b");
+  if (detail::use_cpu(op, a, b)) {
+    if constexpr (CpuFloat<T>) return cpu::multiply(a, b);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// alpha * a.
+template <class T>
+Tensor<T> scale(const Tensor<T>& a, double alpha) {
+  constexpr std::string_view op = "scale";
+  check::defined(op, a, "a");
+  detail::check_elementwise_alpha(op, alpha);
+  if (detail::use_cpu(op, a)) {
+    if constexpr (CpuFloat<T>) return cpu::scale(a, alpha);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// da = db = dy (two copies).
+template <class T>
+BinaryBackward<T> add_backward(const Tensor<T>& dy) {
+  constexpr std::string_view op = "add_backward";
+  check::defined(op, dy, "dy");
+  if (detail::use_cpu(op, dy)) {
+    if constexpr (CpuFloat<T>) return cpu::add_backward(dy);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// da = dy * b (in a's layout), db = dy * a (in b's layout).
+template <class T>
+BinaryBackward<T> multiply_backward(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& dy) {
+  constexpr std::string_view op = "multiply_backward";
+  detail::check_elementwise_pair(op, a, "a", b, "b");
+  detail::check_elementwise_pair(op, a, "a", dy, "dy");
+  if (detail::use_cpu(op, a, b, dy)) {
+    if constexpr (CpuFloat<T>) return cpu::multiply_backward(a, b, dy);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+// da = alpha * dy.
+template <class T>
+Tensor<T> scale_backward(const Tensor<T>& dy, double alpha) {
+  constexpr std::string_view op = "scale_backward";
+  check::defined(op, dy, "dy");
+  detail::check_elementwise_alpha(op, alpha);
+  if (detail::use_cpu(op, dy)) {
+    if constexpr (CpuFloat<T>) return cpu::scale_backward(dy, alpha);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+  return {};
+}
+
+}  // namespace cutrain::ops
