@@ -48,8 +48,12 @@ class Shape {
 
   std::string str() const {
     std::string s = "[";
-    for (std::size_t i = 0; i < dims_.size(); ++i) s += (i ? "," : "") + std::to_string(dims_[i]);
-    return s + "]";
+    for (std::size_t i = 0; i < dims_.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(dims_[i]);
+    }
+    s += ']';
+    return s;
   }
 
  private:

@@ -106,19 +106,12 @@ Tensor<T> conv2d_backward_bias(const Tensor<T>& dy) {
   constexpr std::string_view op = "conv2d_backward_bias";
   check::rank(op, dy, 4, "dy");
   cutrain::detail::conv2d_check_dims(op, dy.shape(), "dy");
-  if (detail::on_cpu(op, dy)) {
+  // CUDA: cuDNN 9.19's graph reduction had no engine for this on the H200 except f32 NHWC
+  // (2026-11-29); the bias gradient moves to a cuBLASLt/NVRTC reduction with the CUDA backend.
+  if (detail::use_cpu(op, dy)) {
     if constexpr (CpuFloat<T>) return cpu::conv2d_backward_bias(dy);
     else detail::cpu_dtype_unsupported<T>(op);
   }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::cudnn::GpuFloat<T>) {
-    Tensor<T> db(Shape{dy.dim(1)}, {.device = dy.device()});
-    cuda::cudnn::conv2d_backward_bias(dy, db);
-    return db;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
   return {};
 }
 

@@ -1,5 +1,5 @@
-// conv2d on cuDNN's graph API: forward (with the bias add fused), backward data, backward filter
-// and the bias gradient (a reduction graph). The same semantics as cpu/conv2d.hpp.
+// conv2d on cuDNN's graph API: forward (with the bias add fused), backward data and backward
+// filter, with the semantics of cpu/conv2d.hpp.
 #pragma once
 
 #include "cutrain/core/params/conv2d.hpp"
@@ -120,24 +120,6 @@ void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2
     return BuiltGraph{g, {DY, X, DW}, g->get_workspace_size()};
   });
   execute(bg, dev, {dy.data(), x.data(), dw.data()}, op, key);
-}
-
-// db[k] = sum over n, h, w of dy[n, k, h, w]; db is [K].
-template <GpuFloat T>
-void conv2d_backward_bias(const Tensor<T>& dy, Tensor<T>& db) {
-  constexpr std::string_view op = "conv2d_backward_bias";
-  const int dev = dy.device().index;
-  const std::int64_t k = dy.dim(1);
-  const std::string key = cutrain::detail::cat("bias grad ", dtype_of<T>, signature(" dy", dy.shape(), dy.strides()));
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::new_graph<T>();
-    auto DY = tensor(*g, "dy", dy);
-    auto DB = g->reduction(DY, fe::graph::Reduction_attributes().set_mode(fe::ReductionMode_t::ADD));
-    DB->set_output(true).set_dim(detail::bias_dims(k).dims()).set_stride(detail::bias_strides(k)).set_data_type(fe_type<T>::value);
-    build(*g, handles(dev).cudnn, op, key, false);
-    return BuiltGraph{g, {DY, DB}, g->get_workspace_size()};
-  });
-  execute(bg, dev, {dy.data(), db.data()}, op, key);
 }
 
 }  // namespace cutrain::cuda::cudnn
