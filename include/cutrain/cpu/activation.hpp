@@ -68,25 +68,28 @@ T act_derivative(T x, const ActivationParams& a) {
 }
 }  // namespace detail
 
+// Elementwise ops run over raw memory when the inputs share one contiguous layout; anything
+// else (strided views, mixed layouts) is first staged into x's layout.
 template <CpuFloat T>
 Tensor<T> activation_forward(const Tensor<T>& x, const ActivationParams& a) {
+  const Tensor<T> xs = x.contiguous(output_layout(x));
   Tensor<T> y = empty_like_layout(x.shape(), x);
-  const auto xs = x.to_vector();
-  std::vector<T> ys(xs.size());
-  for (std::size_t i = 0; i < xs.size(); ++i) ys[i] = detail::act_forward(xs[i], a);
-  y.assign(ys);
+  const T* xp = xs.data();
+  T* yp = y.data();
+  for (std::int64_t i = 0, n = x.numel(); i < n; ++i) yp[i] = detail::act_forward(xp[i], a);
   return y;
 }
 
 // dx = dy * act'(x); dx takes the layout of dy.
 template <CpuFloat T>
 Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const ActivationParams& a) {
+  const Layout l = output_layout(dy);
+  const Tensor<T> xs = x.contiguous(l), dys = dy.contiguous(l);
   Tensor<T> dx = empty_like_layout(x.shape(), dy);
-  const auto xs = x.to_vector();
-  const auto dys = dy.to_vector();
-  std::vector<T> dxs(xs.size());
-  for (std::size_t i = 0; i < xs.size(); ++i) dxs[i] = dys[i] * detail::act_derivative(xs[i], a);
-  dx.assign(dxs);
+  const T* xp = xs.data();
+  const T* gp = dys.data();
+  T* dp = dx.data();
+  for (std::int64_t i = 0, n = x.numel(); i < n; ++i) dp[i] = gp[i] * detail::act_derivative(xp[i], a);
   return dx;
 }
 
