@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench_conv_gpu: the same shapes (bench/conv_shapes.txt), dtypes, layouts and
+timing (CUDA events around 10 back-to-back calls, median of 30 after warm-up, same buffers,
+torch.backends.cudnn.benchmark=True). With --cutrain JSON (Google Benchmark output of
+bench_conv_gpu) it prints cutrain/PyTorch per row (below 1 means cutrain is faster).
+  python3 bench/torch_conv.py --cutrain conv.json --out torch_conv.json
+"""
+import argparse, json, os, statistics
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def shapes():
+    for line in open(os.path.join(here, "conv_shapes.txt")):
+        if line.strip() and not line.startswith("#"):
+            name, *v = line.split()
+            yield name, [int(x) for x in v]
+
+
+def median_ms(fn):
+    for _ in range(5):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(30):
+        a.record()
+        for _ in range(10):
+            fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / 10)
+    return statistics.median(out)
+
+
+def run(tag, dtype, channels_last, tf32):
+    torch.backends.cudnn.allow_tf32 = tf32
+    res = {}
+    for name, (n, c, h, w, k, r, s, p) in shapes():
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        x = torch.rand(n, c, h, w, device="cuda", dtype=dtype).mul_(2).sub_(1).to(memory_format=fmt)
+        wt = torch.rand(k, c, r, r, device="cuda", dtype=dtype).mul_(2).sub_(1).to(memory_format=fmt)
+        y = torch.nn.functional.conv2d(x, wt, stride=s, padding=p)
+        dy = torch.rand_like(y).mul_(2).sub_(1)
+        conv = lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=p)
+        bw = lambda mask: (lambda: torch.ops.aten.convolution_backward(
+            dy, x, wt, None, [s, s], [p, p], [1, 1], False, [0, 0], 1, mask))
+        res[f"{tag}/{name}/fwd"] = median_ms(conv)
+        res[f"{tag}/{name}/dgrad"] = median_ms(bw([True, False, False]))
+        res[f"{tag}/{name}/wgrad"] = median_ms(bw([False, True, False]))
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cutrain")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    torch_ms = {}
+    torch_ms.update(run("fp32_nchw", torch.float32, False, False))
+    torch_ms.update(run("fp32_tf32_nchw", torch.float32, False, True))
+    torch_ms.update(run("bf16_nhwc", torch.bfloat16, True, False))
+    if args.out:
+        json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "ms": torch_ms},
+                  open(args.out, "w"), indent=1)
+    cut = {}
+    if args.cutrain:
+        for b in json.load(open(args.cutrain))["benchmarks"]:
+            if "median_ms" in b:
+                cut[b["name"].split("/iterations")[0].replace("/manual_time", "")] = b["median_ms"]
+    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
+    print(f"{'row':42s} {'cutrain ms':>11s} {'torch ms':>9s} {'ratio':>6s}")
+    ratios = []
+    for key, t in torch_ms.items():
+        c = cut.get(key)
+        if c:
+            ratios.append(c / t)
+        print(f"{key:42s} {c if c else float('nan'):11.4f} {t:9.4f} {c / t if c else float('nan'):6.2f}")
+    if ratios:
+        print(f"geometric mean cutrain/torch: {statistics.geometric_mean(ratios):.3f} over {len(ratios)} rows")
+
+
+if __name__ == "__main__":
+    main()
