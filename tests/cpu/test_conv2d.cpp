@@ -368,3 +368,31 @@ TEST_CASE("conv2d_output_shape: rule and bad input") {
   CUTRAIN_REQUIRE_THROWS_OP(conv2d_output_shape({2, 3, 7}, {4, 3, 3, 3}, {}), InvalidArgument, "conv2d");
   CUTRAIN_REQUIRE_THROWS_OP(conv2d_output_shape({2, 3, 7, 5}, {4, 2, 3, 3}, {}), InvalidArgument, "conv2d");
 }
+
+TEST_CASE("conv2d_bias_activation_forward: equals activation(conv2d_forward) and checks input") {
+  using namespace cutrain;
+  Rng rng(77);
+  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+    auto x = cutrain::test::random({2, 4, 7, 6}, rng, layout);
+    auto w = cutrain::test::random({6, 4, 3, 3}, rng, layout);
+    auto b = cutrain::test::random({6}, rng);
+    const auto p = Conv2dParams::make(2, 1);
+    for (Activation k : {Activation::relu, Activation::gelu_erf, Activation::silu}) {
+      auto fused = ops::conv2d_bias_activation_forward(x, w, b, {.kind = k}, p);
+      auto ref = ops::activation_forward(ops::conv2d_forward(x, w, b, p), {.kind = k});
+      CHECK(fused.layout() == ref.layout());
+      cutrain::test::require_close(fused, [&] {
+        const auto v = ref.to_vector();
+        return std::vector<double>(v.begin(), v.end());
+      }());
+    }
+  }
+  auto x = Tensor<double>::zeros({1, 3, 5, 5});
+  auto w = Tensor<double>::zeros({2, 4, 3, 3});
+  CUTRAIN_REQUIRE_THROWS_OP(ops::conv2d_bias_activation_forward(x, w, Tensor<double>{}, {}, Conv2dParams{}),
+                            InvalidArgument, "conv2d_bias_activation_forward");
+  auto w2 = Tensor<double>::zeros({2, 3, 3, 3});
+  auto bad_bias = Tensor<double>::zeros({3});
+  CUTRAIN_REQUIRE_THROWS_OP(ops::conv2d_bias_activation_forward(x, w2, bad_bias, {}, Conv2dParams{}), InvalidArgument,
+                            "conv2d_bias_activation_forward");
+}

@@ -4,16 +4,29 @@
 #include "cutrain/cpu/activation.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cudnn/activation.hpp"
+#endif
+
 namespace cutrain::ops {
 
 template <class T>
 Tensor<T> activation_forward(const Tensor<T>& x, const ActivationParams& a) {
   constexpr std::string_view op = "activation_forward";
   check::defined(op, x, "x");
-  if (detail::use_cpu(op, x)) {
+  if (detail::on_cpu(op, x)) {
     if constexpr (CpuFloat<T>) return cpu::activation_forward(x, a);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::cudnn::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(x.shape(), x);
+    cuda::cudnn::activation_forward(x, a, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -22,10 +35,19 @@ Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Act
   constexpr std::string_view op = "activation_backward";
   check::defined(op, x, "x");
   check::shape(op, dy, x.shape(), "dy");
-  if (detail::use_cpu(op, x, dy)) {
+  if (detail::on_cpu(op, x, dy)) {
     if constexpr (CpuFloat<T>) return cpu::activation_backward(x, dy, a);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::cudnn::GpuFloat<T>) {
+    Tensor<T> dx = detail::device_output<T>(x.shape(), dy);
+    cuda::cudnn::activation_backward(x, dy, a, dx);
+    return dx;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cutrain/cpu/conv2d.hpp"
+#include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
@@ -56,6 +57,33 @@ Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>
 template <class T>
 Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Conv2dParams& p) {
   return conv2d_forward(x, w, Tensor<T>{}, p);
+}
+
+// y = act(conv(x, w) + bias): on the GPU one fused cuDNN graph, on the CPU the two ops in turn.
+// bias may be undefined. The backward is conv2d_backward_* after activation_backward(conv out).
+template <class T>
+Tensor<T> conv2d_bias_activation_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias,
+                                         const ActivationParams& act, const Conv2dParams& p) {
+  constexpr std::string_view op = "conv2d_bias_activation_forward";
+  check::rank(op, x, 4, "x");
+  check::rank(op, w, 4, "w");
+  [[maybe_unused]] const Shape ys = conv2d_output_shape(x.shape(), w.shape(), p, op);
+  detail::conv2d_check_bias(op, bias, w.dim(0));
+  const bool cpu = bias.defined() ? detail::on_cpu(op, x, w, bias) : detail::on_cpu(op, x, w);
+  if (cpu) {
+    if constexpr (CpuFloat<T>) return cpu::activation_forward(cpu::conv2d_forward(x, w, bias, p), act);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::cudnn::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(ys, x);
+    cuda::cudnn::conv2d_forward(x, w, bias, p, y, act);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
+  return {};
 }
 
 template <class T>

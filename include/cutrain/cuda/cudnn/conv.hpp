@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cutrain/core/params/conv2d.hpp"
+#include "cutrain/cuda/cudnn/activation.hpp"
 #include "cutrain/cuda/cudnn/graph.hpp"
 
 namespace cutrain::cuda::cudnn {
@@ -39,16 +40,19 @@ inline Shape bias_dims(std::int64_t k) { return {1, k, 1, 1}; }
 inline Strides bias_strides(std::int64_t k) { return {k, 1, k, k}; }
 }  // namespace detail
 
-// y = conv(x, w) (+ bias). y must be allocated with the output shape; bias may be undefined.
+// y = act(conv(x, w) (+ bias)), one graph. y must be allocated with the output shape; bias may
+// be undefined; act defaults to identity (no activation node).
 template <GpuFloat T>
-void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Conv2dParams& p, Tensor<T>& y) {
+void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Conv2dParams& p, Tensor<T>& y,
+                    const ActivationParams& act = {.kind = Activation::identity}) {
   constexpr std::string_view op = "conv2d_forward";
   const int dev = x.device().index;
   const bool strict = detail::strict_f32<T>();
   const bool has_bias = bias.defined();
   const std::string key = detail::conv_key<T>("fprop", p, strict) + signature(" x", x.shape(), x.strides()) +
                           signature(" w", w.shape(), w.strides()) + signature(" y", y.shape(), y.strides()) +
-                          (has_bias ? " +bias" : "");
+                          (has_bias ? " +bias" : "") +
+                          (act.kind == Activation::identity ? "" : detail::activation_key<T>(" +", act));
   BuiltGraph& bg = cached_graph(dev, key, [&] {
     auto g = detail::new_graph<T>();
     auto X = tensor(*g, "x", x);
@@ -64,6 +68,7 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
       Y = g->pointwise(Y, B, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
       b.tensors.push_back(B);
     }
+    if (act.kind != Activation::identity) Y = g->pointwise(Y, detail::activation_attributes(act, false));
     Y->set_output(true).set_dim(y.shape().dims()).set_stride(y.strides()).set_data_type(fe_type<T>::value);
     b.tensors.push_back(Y);
     build(*g, handles(dev).cudnn, op, key, strict);

@@ -1,9 +1,11 @@
-// conv2d on the GPU (cuDNN graph API) against the CPU backend in f64: forward with and without
-// bias, backward data and backward filter (the bias gradient is not on the GPU yet), in f32,
-// bf16 and f16, NCHW and NHWC.
+// The ops on cuDNN's graph API against the CPU backend in f64, in f32, bf16 and f16, NCHW and
+// NHWC: conv2d forward with and without bias, backward data and backward filter (the bias
+// gradient is not on the GPU yet); conv + bias + activation fused; activations forward and
+// backward. One translation unit, since each one that includes cudnn-frontend costs a minute.
 #include "parity.hpp"
 
 #include "cutrain/cuda/cudnn/conv.hpp"
+#include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/conv2d.hpp"
 
 using namespace cutrain;
@@ -96,4 +98,73 @@ TEST_CASE("gpu conv2d through ops:: dispatches on the device") {
   CHECK(y.device() == Device::cuda(0));
   CHECK(y.layout() == Layout::nhwc);
   check_close("ops::conv2d_forward", y, ops::conv2d_forward(xr, wr, p));
+}
+
+namespace {
+
+const Activation all_kinds[] = {Activation::identity, Activation::relu,     Activation::leaky_relu,
+                                Activation::elu,      Activation::sigmoid,  Activation::tanh,
+                                Activation::gelu_erf, Activation::gelu_tanh, Activation::silu};
+
+template <class T>
+void run_activations(Layout layout) {
+  for (Activation k : all_kinds) {
+    const ActivationParams a{.kind = k, .alpha = k == Activation::elu ? 1.0 : 0.1};
+    const std::string tag = cutrain::detail::cat("activation ", k, " ", dtype_of<T>, " ", layout);
+    Rng rng(std::hash<std::string>{}(tag));
+    auto [x, xr] = random_pair<T>({4, 24, 9, 11}, rng, layout);
+    auto [dy, dyr] = random_pair<T>({4, 24, 9, 11}, rng, layout);
+    auto y = poisoned<T>(x.shape(), layout);
+    cuda::cudnn::activation_forward(x, a, y);
+    check_close(tag + " fwd", y, ops::activation_forward(xr, a));
+    auto dx = poisoned<T>(x.shape(), layout);
+    cuda::cudnn::activation_backward(x, dy, a, dx);
+    check_close(tag + " bwd", dx, ops::activation_backward(xr, dyr, a));
+    std::printf("%-40s ok\n", tag.c_str());
+  }
+}
+
+template <class T>
+void run_fused(Layout layout) {
+  for (Activation k : {Activation::relu, Activation::gelu_erf, Activation::silu}) {
+    for (int ci : {0, 8}) {  // resnet_3x3_64 and fmnist_conv1
+      const Case& c = cases[ci];
+      const std::string tag = cutrain::detail::cat("conv+bias+", k, " ", c.name, " ", dtype_of<T>, " ", layout);
+      Rng rng(std::hash<std::string>{}(tag));
+      auto [x, xr] = random_pair<T>(c.x, rng, layout);
+      auto [w, wr] = random_pair<T>(c.w, rng, layout);
+      auto [b, br] = random_pair<T>({c.w[0]}, rng, layout);
+      auto y = poisoned<T>(conv2d_output_shape(c.x, c.w, c.p), layout);
+      cuda::cudnn::conv2d_forward(x, w, b, c.p, y, {.kind = k});
+      check_close(tag, y, ops::conv2d_bias_activation_forward(xr, wr, br, {.kind = k}, c.p));
+      std::printf("%-40s ok\n", tag.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpu activations forward and backward match the CPU backend") {
+  for (Layout l : {Layout::nchw, Layout::nhwc}) {
+    run_activations<float>(l);
+    run_activations<cutrain::bfloat16>(l);
+    run_activations<cutrain::half>(l);
+  }
+}
+
+TEST_CASE("gpu conv + bias + activation fused in one graph matches the CPU backend") {
+  for (Layout l : {Layout::nchw, Layout::nhwc}) {
+    run_fused<float>(l);
+    run_fused<cutrain::bfloat16>(l);
+    run_fused<cutrain::half>(l);
+  }
+  Rng rng(9);  // through ops::, on the device
+  auto [x, xr] = random_pair<float>({2, 3, 8, 8}, rng, Layout::nhwc);
+  auto [w, wr] = random_pair<float>({4, 3, 3, 3}, rng, Layout::nhwc);
+  auto [b, br] = random_pair<float>({4}, rng, Layout::nhwc);
+  const auto p = Conv2dParams::make(1, 1);
+  auto y = ops::conv2d_bias_activation_forward(x, w, b, {.kind = Activation::relu}, p);
+  CHECK(y.device() == Device::cuda(0));
+  check_close("ops::conv2d_bias_activation_forward", y,
+              ops::conv2d_bias_activation_forward(xr, wr, br, {.kind = Activation::relu}, p));
 }

@@ -1,0 +1,78 @@
+// Activations on cuDNN's graph API: one pointwise node forward (y = act(x)) and one backward
+// (dx = dy * act'(x), cuDNN's *_BWD modes, which take dy and x). Same semantics as cpu/activation.hpp.
+#pragma once
+
+#include "cutrain/core/params/activation.hpp"
+#include "cutrain/cuda/cudnn/graph.hpp"
+
+namespace cutrain::cuda::cudnn {
+
+namespace detail {
+// The pointwise node for an activation, forward or backward, with its parameters.
+inline fe::graph::Pointwise_attributes activation_attributes(const ActivationParams& a, bool backward) {
+  using M = fe::PointwiseMode_t;
+  fe::graph::Pointwise_attributes attr;
+  const auto alpha = static_cast<float>(a.alpha);
+  switch (a.kind) {
+    case Activation::identity: attr.set_mode(M::IDENTITY); break;
+    case Activation::relu: attr.set_mode(backward ? M::RELU_BWD : M::RELU_FWD); break;
+    case Activation::leaky_relu:
+      attr.set_mode(backward ? M::RELU_BWD : M::RELU_FWD).set_relu_lower_clip_slope(alpha);
+      break;
+    case Activation::elu: attr.set_mode(backward ? M::ELU_BWD : M::ELU_FWD).set_elu_alpha(alpha); break;
+    case Activation::sigmoid: attr.set_mode(backward ? M::SIGMOID_BWD : M::SIGMOID_FWD); break;
+    case Activation::tanh: attr.set_mode(backward ? M::TANH_BWD : M::TANH_FWD); break;
+    case Activation::gelu_erf: attr.set_mode(backward ? M::GELU_BWD : M::GELU_FWD); break;
+    case Activation::gelu_tanh: attr.set_mode(backward ? M::GELU_APPROX_TANH_BWD : M::GELU_APPROX_TANH_FWD); break;
+    case Activation::silu: attr.set_mode(backward ? M::SWISH_BWD : M::SWISH_FWD).set_swish_beta(1.0f); break;
+  }
+  return attr;
+}
+
+template <class T>
+std::string activation_key(const char* dir, const ActivationParams& a) {
+  return cutrain::detail::cat("activation ", dir, " ", a.kind, " alpha ", a.alpha, " ", dtype_of<T>);
+}
+}  // namespace detail
+
+template <GpuFloat T>
+void activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>& y) {
+  constexpr std::string_view op = "activation_forward";
+  const int dev = x.device().index;
+  const std::string key = detail::activation_key<T>("fwd", a) + signature(" x", x.shape(), x.strides()) +
+                          signature(" y", y.shape(), y.strides());
+  BuiltGraph& bg = cached_graph(dev, key, [&] {
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+    auto X = tensor(*g, "x", x);
+    auto Y = g->pointwise(X, detail::activation_attributes(a, false));
+    Y->set_output(true).set_dim(y.shape().dims()).set_stride(y.strides()).set_data_type(fe_type<T>::value);
+    build(*g, handles(dev).cudnn, op, key, false);
+    return BuiltGraph{g, {X, Y}, g->get_workspace_size()};
+  });
+  execute(bg, dev, {x.data(), y.data()}, op, key);
+}
+
+template <GpuFloat T>
+void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const ActivationParams& a, Tensor<T>& dx) {
+  constexpr std::string_view op = "activation_backward";
+  const int dev = x.device().index;
+  const std::string key = detail::activation_key<T>("bwd", a) + signature(" x", x.shape(), x.strides()) +
+                          signature(" dy", dy.shape(), dy.strides()) + signature(" dx", dx.shape(), dx.strides());
+  BuiltGraph& bg = cached_graph(dev, key, [&] {
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+    auto X = tensor(*g, "x", x);
+    auto DY = tensor(*g, "dy", dy);
+    auto DX = a.kind == Activation::identity ? g->pointwise(DY, detail::activation_attributes(a, true))
+                                             : g->pointwise(DY, X, detail::activation_attributes(a, true));
+    DX->set_output(true).set_dim(dx.shape().dims()).set_stride(dx.strides()).set_data_type(fe_type<T>::value);
+    build(*g, handles(dev).cudnn, op, key, false);
+    if (a.kind == Activation::identity) return BuiltGraph{g, {DY, DX}, g->get_workspace_size()};
+    return BuiltGraph{g, {X, DY, DX}, g->get_workspace_size()};
+  });
+  if (a.kind == Activation::identity) execute(bg, dev, {dy.data(), dx.data()}, op, key);
+  else execute(bg, dev, {x.data(), dy.data(), dx.data()}, op, key);
+}
+
+}  // namespace cutrain::cuda::cudnn
