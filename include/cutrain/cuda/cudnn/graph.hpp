@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "cutrain/core/tensor.hpp"
+#include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
 // Turns a cudnn-frontend error_t into a CudnnError naming the op and what was being done.
@@ -29,8 +30,7 @@ template <> struct fe_type<float> { static constexpr auto value = fe::DataType_t
 template <> struct fe_type<half> { static constexpr auto value = fe::DataType_t::HALF; };
 template <> struct fe_type<bfloat16> { static constexpr auto value = fe::DataType_t::BFLOAT16; };
 
-template <class T>
-concept GpuFloat = std::same_as<T, float> || std::same_as<T, half> || std::same_as<T, bfloat16>;
+using cuda::GpuFloat;
 
 // Per-thread math options. TF32 for f32 convolutions is off unless asked for.
 struct MathOptions {
