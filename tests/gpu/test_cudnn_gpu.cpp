@@ -1,12 +1,15 @@
 // The ops on cuDNN's graph API against the CPU backend in f64, in f32, bf16 and f16, NCHW and
 // NHWC: conv2d forward with and without bias, backward data and backward filter (the bias
 // gradient is not on the GPU yet); conv + bias + activation fused; activations forward and
-// backward. One translation unit, since each one that includes cudnn-frontend costs a minute.
+// backward; batch norm (training, inference, backward) and layer norm (forward, backward) with
+// f32 parameters and statistics. One translation unit, since each one that includes cudnn-frontend costs a minute.
 #include "parity.hpp"
 
 #include "cutrain/cuda/cudnn/conv.hpp"
 #include "cutrain/ops/activation.hpp"
+#include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/conv2d.hpp"
+#include "cutrain/ops/layer_norm.hpp"
 
 using namespace cutrain;
 using namespace cutrain::test;
@@ -167,4 +170,87 @@ TEST_CASE("gpu conv + bias + activation fused in one graph matches the CPU backe
   CHECK(y.device() == Device::cuda(0));
   check_close("ops::conv2d_bias_activation_forward", y,
               ops::conv2d_bias_activation_forward(xr, wr, br, {.kind = Activation::relu}, p));
+}
+
+namespace {
+
+// f32 statistics accumulate over up to N*H*W elements: allow a little more than f32 rounding.
+constexpr double stats_tol = 1e-4;
+
+template <class T>
+void run_batch_norm(const Shape& shape, Layout layout) {
+  const std::string tag = cutrain::detail::cat("batch_norm ", shape, " ", dtype_of<T>, " ", layout);
+  Rng rng(std::hash<std::string>{}(tag));
+  const Shape c{shape[1]};
+  auto [x, xr] = random_pair<T>(shape, rng, layout);
+  auto [dy, dyr] = random_pair<T>(shape, rng, layout);
+  auto [gamma, gr] = random_pair<float>(c, rng, layout);
+  auto [beta, br] = random_pair<float>(c, rng, layout);
+  auto [rm, rmr] = random_pair<float>(c, rng, layout);
+  auto var_host = Tensor<float>::uniform(c, rng, 0.5, 2.0);
+  auto rv = var_host.to(Device::cuda(0));
+  auto rvr = cast<double>(var_host);
+  const BatchNormParams p{.momentum = 0.2, .eps = 1e-3};
+
+  auto ref = ops::batch_norm_forward_training(xr, gr, br, rmr, rvr, p);
+  auto got = ops::batch_norm_forward_training(x, gamma, beta, rm, rv, p);
+  check_close(tag + " y", got.y, ref.y);
+  check_close(tag + " save_mean", got.save_mean, ref.save_mean, stats_tol);
+  check_close(tag + " save_inv_std", got.save_inv_std, ref.save_inv_std, stats_tol);
+  check_close(tag + " running_mean", rm, rmr, stats_tol);
+  check_close(tag + " running_var", rv, rvr, stats_tol);
+
+  auto yi = ops::batch_norm_forward_inference(x, gamma, beta, rm, rv, p.eps);
+  check_close(tag + " inference", yi, ops::batch_norm_forward_inference(xr, gr, br, rmr, rvr, p.eps));
+
+  auto gb = ops::batch_norm_backward(x, dy, gamma, got.save_mean, got.save_inv_std);
+  auto rb = ops::batch_norm_backward(xr, dyr, gr, ref.save_mean, ref.save_inv_std);
+  check_close(tag + " dx", gb.dx, rb.dx);
+  check_close(tag + " dgamma", gb.dgamma, rb.dgamma, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
+  check_close(tag + " dbeta", gb.dbeta, rb.dbeta, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
+  std::printf("%-48s ok\n", tag.c_str());
+}
+
+template <class T>
+void run_layer_norm(const Shape& shape, Layout layout) {
+  const std::string tag = cutrain::detail::cat("layer_norm ", shape, " ", dtype_of<T>, " ", layout);
+  Rng rng(std::hash<std::string>{}(tag));
+  const Shape rest(std::vector<std::int64_t>(shape.dims().begin() + 1, shape.dims().end()));
+  auto [x, xr] = random_pair<T>(shape, rng, layout);
+  auto [dy, dyr] = random_pair<T>(shape, rng, layout);
+  auto [gamma, gr] = random_pair<float>(rest, rng, Layout::row_major);
+  auto [beta, br] = random_pair<float>(rest, rng, Layout::row_major);
+  auto ref = ops::layer_norm_forward(xr, gr, br, 1e-5);
+  auto got = ops::layer_norm_forward(x, gamma, beta, 1e-5);
+  check_close(tag + " y", got.y, ref.y);
+  check_close(tag + " mean", got.mean, ref.mean, stats_tol);
+  check_close(tag + " inv_std", got.inv_std, ref.inv_std, stats_tol);
+  auto gb = ops::layer_norm_backward(x, dy, gamma, got.mean, got.inv_std);
+  auto rb = ops::layer_norm_backward(xr, dyr, gr, ref.mean, ref.inv_std);
+  check_close(tag + " dx", gb.dx, rb.dx);
+  check_close(tag + " dgamma", gb.dgamma, rb.dgamma, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
+  check_close(tag + " dbeta", gb.dbeta, rb.dbeta, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
+  std::printf("%-48s ok\n", tag.c_str());
+}
+
+template <class T>
+void run_norms(Layout layout) {
+  for (const Shape& s : {Shape{8, 32, 16, 16}, Shape{3, 5, 7, 9}, Shape{16, 64, 8, 8}, Shape{1, 8, 5, 5}}) {
+    run_batch_norm<T>(s, layout);
+    run_layer_norm<T>(s, layout);
+  }
+  if (layout == Layout::nchw) {
+    run_batch_norm<T>({64, 40}, Layout::row_major);
+    run_layer_norm<T>({32, 100}, Layout::row_major);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpu batch norm and layer norm match the CPU backend") {
+  for (Layout l : {Layout::nchw, Layout::nhwc}) {
+    run_norms<float>(l);
+    run_norms<cutrain::bfloat16>(l);
+    run_norms<cutrain::half>(l);
+  }
 }

@@ -8,6 +8,10 @@
 #include "cutrain/cpu/batch_norm.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cudnn/norm.hpp"
+#endif
+
 namespace cutrain::ops {
 
 namespace detail {
@@ -22,10 +26,10 @@ std::int64_t batch_norm_check_x(std::string_view op, const Tensor<T>& x) {
 }
 }  // namespace detail
 
-template <class T>
-BatchNormForward<T> batch_norm_forward_training(const Tensor<T>& x, const Tensor<T>& gamma, const Tensor<T>& beta,
-                                                Tensor<T>& running_mean, Tensor<T>& running_var,
-                                                const BatchNormParams& p) {
+template <class T, class S>
+BatchNormForward<T, S> batch_norm_forward_training(const Tensor<T>& x, const Tensor<S>& gamma, const Tensor<S>& beta,
+                                                   Tensor<S>& running_mean, Tensor<S>& running_var,
+                                                   const BatchNormParams& p) {
   constexpr std::string_view op = "batch_norm_forward_training";
   const Shape c{detail::batch_norm_check_x(op, x)};
   check::shape(op, gamma, c, "gamma");
@@ -37,16 +41,32 @@ BatchNormForward<T> batch_norm_forward_training(const Tensor<T>& x, const Tensor
   const std::int64_t per_channel = x.numel() / x.dim(1);
   CUTRAIN_REQUIRE(per_channel > 1, InvalidArgument, op, "x ", x.describe(),
                   " has one value per channel (N*H*W == 1): the unbiased variance for running_var is undefined");
-  if (detail::use_cpu(op, x, gamma, beta, running_mean, running_var)) {
-    if constexpr (CpuFloat<T>) return cpu::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p);
-    else detail::cpu_dtype_unsupported<T>(op);
+  if (detail::on_cpu(op, x, gamma, beta, running_mean, running_var)) {
+    if constexpr (CpuFloat<T> && std::same_as<T, S>)
+      return cpu::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p);
+    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
+    const Device dev = x.device();
+    BatchNormForward<T, S> r{detail::device_output<T>(x.shape(), x), Tensor<S>(c, {.device = dev}),
+                             Tensor<S>(c, {.device = dev})};
+    Tensor<S> next_mean(c, {.device = dev}), next_var(c, {.device = dev});
+    cuda::cudnn::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
+                                             r.save_inv_std, next_mean, next_var);
+    running_mean.copy_from(next_mean);
+    running_var.copy_from(next_var);
+    return r;
+  } else {
+    detail::norm_dtypes_unsupported<T, S>(op, x.device());
+  }
+#endif
   return {};
 }
 
-template <class T>
-Tensor<T> batch_norm_forward_inference(const Tensor<T>& x, const Tensor<T>& gamma, const Tensor<T>& beta,
-                                       const Tensor<T>& running_mean, const Tensor<T>& running_var,
+template <class T, class S>
+Tensor<T> batch_norm_forward_inference(const Tensor<T>& x, const Tensor<S>& gamma, const Tensor<S>& beta,
+                                       const Tensor<S>& running_mean, const Tensor<S>& running_var,
                                        double eps = 1e-5) {
   constexpr std::string_view op = "batch_norm_forward_inference";
   const Shape c{detail::batch_norm_check_x(op, x)};
@@ -55,26 +75,50 @@ Tensor<T> batch_norm_forward_inference(const Tensor<T>& x, const Tensor<T>& gamm
   check::shape(op, running_mean, c, "running_mean");
   check::shape(op, running_var, c, "running_var");
   cutrain::detail::norm_check_eps(op, eps);
-  if (detail::use_cpu(op, x, gamma, beta, running_mean, running_var)) {
-    if constexpr (CpuFloat<T>) return cpu::batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps);
-    else detail::cpu_dtype_unsupported<T>(op);
+  if (detail::on_cpu(op, x, gamma, beta, running_mean, running_var)) {
+    if constexpr (CpuFloat<T> && std::same_as<T, S>)
+      return cpu::batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps);
+    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
+    Tensor<T> y = detail::device_output<T>(x.shape(), x);
+    Tensor<S> inv_std(c, {.device = x.device()});
+    cuda::cudnn::inverse_std(running_var, eps, inv_std);
+    cuda::cudnn::batch_norm_forward_inference(x, gamma, beta, running_mean, inv_std, y);
+    return y;
+  } else {
+    detail::norm_dtypes_unsupported<T, S>(op, x.device());
+  }
+#endif
   return {};
 }
 
-template <class T>
-NormBackward<T> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<T>& gamma,
-                                    const Tensor<T>& save_mean, const Tensor<T>& save_inv_std) {
+template <class T, class S>
+NormBackward<T, S> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<S>& gamma,
+                                       const Tensor<S>& save_mean, const Tensor<S>& save_inv_std) {
   constexpr std::string_view op = "batch_norm_backward";
   const Shape c{detail::batch_norm_check_x(op, x)};
   check::shape(op, dy, x.shape(), "dy");
   check::shape(op, gamma, c, "gamma");
   check::shape(op, save_mean, c, "save_mean");
   check::shape(op, save_inv_std, c, "save_inv_std");
-  if (detail::use_cpu(op, x, dy, gamma, save_mean, save_inv_std)) {
-    if constexpr (CpuFloat<T>) return cpu::batch_norm_backward(x, dy, gamma, save_mean, save_inv_std);
-    else detail::cpu_dtype_unsupported<T>(op);
+  if (detail::on_cpu(op, x, dy, gamma, save_mean, save_inv_std)) {
+    if constexpr (CpuFloat<T> && std::same_as<T, S>)
+      return cpu::batch_norm_backward(x, dy, gamma, save_mean, save_inv_std);
+    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
+    const Device dev = x.device();
+    NormBackward<T, S> r{detail::device_output<T>(x.shape(), dy), Tensor<S>(c, {.device = dev}),
+                         Tensor<S>(c, {.device = dev})};
+    cuda::cudnn::batch_norm_backward(x, dy, gamma, save_mean, save_inv_std, r.dx, r.dgamma, r.dbeta);
+    return r;
+  } else {
+    detail::norm_dtypes_unsupported<T, S>(op, x.device());
+  }
+#endif
   return {};
 }
 

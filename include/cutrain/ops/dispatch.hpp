@@ -40,6 +40,13 @@ template <class T>
   throw NotImplemented(op, cutrain::detail::cat("the CUDA backend computes in f32, bf16 and f16, got ", dtype_of<T>));
 }
 
+// Normalization keeps its parameters and statistics in S: the CPU wants S == T, the GPU S == float.
+template <class T, class S>
+[[noreturn]] void norm_dtypes_unsupported(std::string_view op, Device d) {
+  throw NotImplemented(op, cutrain::detail::cat("x in ", dtype_of<T>, " with parameters and statistics in ", dtype_of<S>,
+                                                " on ", d, ": the CPU needs them in x's dtype (f32/f64), the GPU in f32"));
+}
+
 // The CPU backend computes in f32 and f64 only.
 template <class T>
 [[noreturn]] void cpu_dtype_unsupported(std::string_view op) {

@@ -8,6 +8,10 @@
 #include "cutrain/cpu/layer_norm.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cudnn/norm.hpp"
+#endif
+
 namespace cutrain::ops {
 
 namespace detail {
@@ -21,24 +25,38 @@ Shape layer_norm_check_x(std::string_view op, const Tensor<T>& x) {
 }
 }  // namespace detail
 
-template <class T>
-LayerNormForward<T> layer_norm_forward(const Tensor<T>& x, const Tensor<T>& gamma, const Tensor<T>& beta,
-                                       double eps = 1e-5) {
+template <class T, class S>
+LayerNormForward<T, S> layer_norm_forward(const Tensor<T>& x, const Tensor<S>& gamma, const Tensor<S>& beta,
+                                          double eps = 1e-5) {
   constexpr std::string_view op = "layer_norm_forward";
   const Shape rest = detail::layer_norm_check_x(op, x);
   check::shape(op, gamma, rest, "gamma");
   check::shape(op, beta, rest, "beta");
   cutrain::detail::norm_check_eps(op, eps);
-  if (detail::use_cpu(op, x, gamma, beta)) {
-    if constexpr (CpuFloat<T>) return cpu::layer_norm_forward(x, gamma, beta, eps);
-    else detail::cpu_dtype_unsupported<T>(op);
+  if (detail::on_cpu(op, x, gamma, beta)) {
+    if constexpr (CpuFloat<T> && std::same_as<T, S>) return cpu::layer_norm_forward(x, gamma, beta, eps);
+    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
+    const Device dev = x.device();
+    // cuDNN sees a non-4-d x as [N, D, 1, 1]: it must then be contiguous.
+    const Tensor<T> xs = x.rank() == 4 ? x.view() : x.contiguous(Layout::row_major);
+    LayerNormForward<T, S> r{detail::device_output<T>(x.shape(), xs), Tensor<S>(Shape{x.dim(0)}, {.device = dev}),
+                             Tensor<S>(Shape{x.dim(0)}, {.device = dev})};
+    cuda::cudnn::layer_norm_forward(xs, gamma.contiguous(Layout::row_major), beta.contiguous(Layout::row_major), eps,
+                                    r.y, r.mean, r.inv_std);
+    return r;
+  } else {
+    detail::norm_dtypes_unsupported<T, S>(op, x.device());
+  }
+#endif
   return {};
 }
 
-template <class T>
-NormBackward<T> layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<T>& gamma,
-                                    const Tensor<T>& mean, const Tensor<T>& inv_std) {
+template <class T, class S>
+NormBackward<T, S> layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<S>& gamma,
+                                       const Tensor<S>& mean, const Tensor<S>& inv_std) {
   constexpr std::string_view op = "layer_norm_backward";
   const Shape rest = detail::layer_norm_check_x(op, x);
   check::shape(op, dy, x.shape(), "dy");
@@ -46,10 +64,25 @@ NormBackward<T> layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, con
   const Shape n{x.dim(0)};
   check::shape(op, mean, n, "mean");
   check::shape(op, inv_std, n, "inv_std");
-  if (detail::use_cpu(op, x, dy, gamma, mean, inv_std)) {
-    if constexpr (CpuFloat<T>) return cpu::layer_norm_backward(x, dy, gamma, mean, inv_std);
-    else detail::cpu_dtype_unsupported<T>(op);
+  if (detail::on_cpu(op, x, dy, gamma, mean, inv_std)) {
+    if constexpr (CpuFloat<T> && std::same_as<T, S>) return cpu::layer_norm_backward(x, dy, gamma, mean, inv_std);
+    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
+    const Device dev = x.device();
+    const bool four = x.rank() == 4;
+    const Tensor<T> xs = four ? x.view() : x.contiguous(Layout::row_major);
+    const Tensor<T> dys = four ? dy.view() : dy.contiguous(Layout::row_major);
+    NormBackward<T, S> r{detail::device_output<T>(x.shape(), dys), Tensor<S>(gamma.shape(), {.device = dev}),
+                         Tensor<S>(gamma.shape(), {.device = dev})};
+    cuda::cudnn::layer_norm_backward(xs, dys, gamma.contiguous(Layout::row_major), mean, inv_std, r.dx, r.dgamma,
+                                     r.dbeta);
+    return r;
+  } else {
+    detail::norm_dtypes_unsupported<T, S>(op, x.device());
+  }
+#endif
   return {};
 }
 

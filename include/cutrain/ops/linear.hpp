@@ -1,8 +1,15 @@
-// linear_forward / linear_backward: dispatch on the tensors' device.
+// linear_forward / linear_backward / linear_activation_forward: dispatch on the tensors' device
+// (CPU: Eigen; CUDA: cuBLASLt with the bias and activation fused as epilogues).
 #pragma once
 
+#include "cutrain/cpu/activation.hpp"
 #include "cutrain/cpu/linear.hpp"
 #include "cutrain/ops/dispatch.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cublas/linear.hpp"
+#include "cutrain/cuda/gpu_float.hpp"
+#endif
 
 namespace cutrain::ops {
 
@@ -24,11 +31,20 @@ Tensor<T> linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>
   constexpr std::string_view op = "linear_forward";
   detail::check_linear_inputs(op, x, w);
   if (bias.defined()) check::shape(op, bias, Shape{w.dim(0)}, "bias");
-  const bool cpu = bias.defined() ? detail::use_cpu(op, x, w, bias) : detail::use_cpu(op, x, w);
+  const bool cpu = bias.defined() ? detail::on_cpu(op, x, w, bias) : detail::on_cpu(op, x, w);
   if (cpu) {
     if constexpr (CpuFloat<T>) return cpu::linear_forward(x, w, bias);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), w.dim(0)}, x);
+    cuda::cublas::linear_forward(x, w, bias, Activation::identity, y, op);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -43,10 +59,46 @@ LinearBackward<T> linear_backward(const Tensor<T>& x, const Tensor<T>& w, const 
   constexpr std::string_view op = "linear_backward";
   detail::check_linear_inputs(op, x, w);
   check::shape(op, dy, Shape{x.dim(0), w.dim(0)}, "dy");
-  if (detail::use_cpu(op, x, w, dy)) {
+  if (detail::on_cpu(op, x, w, dy)) {
     if constexpr (CpuFloat<T>) return cpu::linear_backward(x, w, dy, has_bias);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    LinearBackward<T> g{detail::device_output<T>(x.shape(), dy), detail::device_output<T>(w.shape(), dy),
+                        has_bias ? detail::device_output<T>(Shape{w.dim(0)}, dy) : Tensor<T>{}};
+    cuda::cublas::linear_backward(x, w, dy, has_bias, g.dx, g.dw, g.db, op);
+    return g;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
+  return {};
+}
+
+// act(x w^T + bias); bias may be undefined. On the CPU: linear_forward, then activation_forward.
+// On CUDA: one cuBLASLt matmul with the bias and activation as its epilogue, for identity, relu
+// and gelu_tanh; other activations throw NotImplemented there (run the two ops instead).
+template <class T>
+Tensor<T> linear_activation_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias,
+                                    const ActivationParams& act) {
+  constexpr std::string_view op = "linear_activation_forward";
+  detail::check_linear_inputs(op, x, w);
+  if (bias.defined()) check::shape(op, bias, Shape{w.dim(0)}, "bias");
+  const bool cpu = bias.defined() ? detail::on_cpu(op, x, w, bias) : detail::on_cpu(op, x, w);
+  if (cpu) {
+    if constexpr (CpuFloat<T>) return cpu::activation_forward(cpu::linear_forward(x, w, bias), act);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), w.dim(0)}, x);
+    cuda::cublas::linear_forward(x, w, bias, act.kind, y, op);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 

@@ -22,22 +22,28 @@ inline std::ostream& operator<<(std::ostream& os, const BatchNormParams& p) {
   return os << "{momentum " << p.momentum << ", eps " << p.eps << "}";
 }
 
+// T is the element type of x and y, S that of the parameters and statistics: S == T on the CPU;
+// on the GPU S is float (f32 statistics, also for bf16 and f16 activations).
+
 // save_mean and save_inv_std ([C]) are the batch mean and 1 / sqrt(biased variance + eps) that
 // batch_norm_backward consumes.
-template <class T>
+template <class T, class S = T>
 struct BatchNormForward {
-  Tensor<T> y, save_mean, save_inv_std;
+  Tensor<T> y;
+  Tensor<S> save_mean, save_inv_std;
 };
 
 // mean and inv_std ([N]) are per sample, for layer_norm_backward.
-template <class T>
+template <class T, class S = T>
 struct LayerNormForward {
-  Tensor<T> y, mean, inv_std;
+  Tensor<T> y;
+  Tensor<S> mean, inv_std;
 };
 
-template <class T>
+template <class T, class S = T>
 struct NormBackward {
-  Tensor<T> dx, dgamma, dbeta;
+  Tensor<T> dx;
+  Tensor<S> dgamma, dbeta;
 };
 
 namespace detail {
