@@ -15,6 +15,28 @@ using namespace cutrain;
 using namespace cutrain::test;
 
 namespace {
+// Combinations cuDNN had no engine for, collected so that one run on the GPU machine lists
+// every gap; each TEST_CASE fails at its end if any were found.
+std::vector<std::string> unsupported;
+
+template <class F>
+void attempt(const std::string& tag, F&& f) {
+  try {
+    f();
+  } catch (const CudnnError& e) {
+    std::printf("%-48s UNSUPPORTED by cuDNN: %.300s\n", tag.c_str(), e.what());
+    unsupported.push_back(tag);
+  }
+}
+
+void require_all_supported() {
+  for (const auto& u : unsupported) INFO("no cuDNN engine: " << u);
+  CHECK(unsupported.empty());
+  unsupported.clear();
+}
+}  // namespace
+
+namespace {
 
 struct Case {
   const char* name;
@@ -118,11 +140,15 @@ void run_activations(Layout layout) {
     auto [x, xr] = random_pair<T>({4, 24, 9, 11}, rng, layout);
     auto [dy, dyr] = random_pair<T>({4, 24, 9, 11}, rng, layout);
     auto y = poisoned<T>(x.shape(), layout);
-    cuda::cudnn::activation_forward(x, a, y);
+    attempt(tag, [&] { cuda::cudnn::activation_forward(x, a, y); });
+    if (!unsupported.empty() && unsupported.back() == tag) continue;
     check_close(tag + " fwd", y, ops::activation_forward(xr, a));
     auto dx = poisoned<T>(x.shape(), layout);
     cuda::cudnn::activation_backward(x, dy, a, dx);
     check_close(tag + " bwd", dx, ops::activation_backward(xr, dyr, a));
+    // through ops:: on a strided view (staged to a contiguous layout first)
+    auto xv = x.slice(3, 1, 10);
+    check_close(tag + " strided", ops::activation_forward(xv, a), ops::activation_forward(xr.slice(3, 1, 10), a));
     std::printf("%-40s ok\n", tag.c_str());
   }
 }
@@ -138,9 +164,18 @@ void run_fused(Layout layout) {
       auto [w, wr] = random_pair<T>(c.w, rng, layout);
       auto [b, br] = random_pair<T>({c.w[0]}, rng, layout);
       auto y = poisoned<T>(conv2d_output_shape(c.x, c.w, c.p), layout);
-      cuda::cudnn::conv2d_forward(x, w, b, c.p, y, {.kind = k});
-      check_close(tag, y, ops::conv2d_bias_activation_forward(xr, wr, br, {.kind = k}, c.p));
-      std::printf("%-40s ok\n", tag.c_str());
+      bool fused = true;
+      try {
+        cuda::cudnn::conv2d_forward(x, w, b, c.p, y, {.kind = k});
+      } catch (const CudnnError&) {
+        fused = false;  // ops:: falls back to conv graph + activation graph
+      }
+      if (fused) check_close(tag, y, ops::conv2d_bias_activation_forward(xr, wr, br, {.kind = k}, c.p));
+      attempt(tag + " via ops", [&] {
+        check_close(tag + " via ops", ops::conv2d_bias_activation_forward(x, w, b, {.kind = k}, c.p),
+                    ops::conv2d_bias_activation_forward(xr, wr, br, {.kind = k}, c.p));
+      });
+      std::printf("%-40s ok (%s)\n", tag.c_str(), fused ? "fused" : "not fused: conv graph + activation graph");
     }
   }
 }
@@ -153,6 +188,7 @@ TEST_CASE("gpu activations forward and backward match the CPU backend") {
     run_activations<cutrain::bfloat16>(l);
     run_activations<cutrain::half>(l);
   }
+  require_all_supported();
 }
 
 TEST_CASE("gpu conv + bias + activation fused in one graph matches the CPU backend") {
@@ -170,6 +206,7 @@ TEST_CASE("gpu conv + bias + activation fused in one graph matches the CPU backe
   CHECK(y.device() == Device::cuda(0));
   check_close("ops::conv2d_bias_activation_forward", y,
               ops::conv2d_bias_activation_forward(xr, wr, br, {.kind = Activation::relu}, p));
+  require_all_supported();
 }
 
 namespace {
@@ -193,22 +230,29 @@ void run_batch_norm(const Shape& shape, Layout layout) {
   const BatchNormParams p{.momentum = 0.2, .eps = 1e-3};
 
   auto ref = ops::batch_norm_forward_training(xr, gr, br, rmr, rvr, p);
-  auto got = ops::batch_norm_forward_training(x, gamma, beta, rm, rv, p);
-  check_close(tag + " y", got.y, ref.y);
-  check_close(tag + " save_mean", got.save_mean, ref.save_mean, stats_tol);
-  check_close(tag + " save_inv_std", got.save_inv_std, ref.save_inv_std, stats_tol);
-  check_close(tag + " running_mean", rm, rmr, stats_tol);
-  check_close(tag + " running_var", rv, rvr, stats_tol);
-
-  auto yi = ops::batch_norm_forward_inference(x, gamma, beta, rm, rv, p.eps);
-  check_close(tag + " inference", yi, ops::batch_norm_forward_inference(xr, gr, br, rmr, rvr, p.eps));
-
-  auto gb = ops::batch_norm_backward(x, dy, gamma, got.save_mean, got.save_inv_std);
-  auto rb = ops::batch_norm_backward(xr, dyr, gr, ref.save_mean, ref.save_inv_std);
-  check_close(tag + " dx", gb.dx, rb.dx);
-  check_close(tag + " dgamma", gb.dgamma, rb.dgamma, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
-  check_close(tag + " dbeta", gb.dbeta, rb.dbeta, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
-  std::printf("%-48s ok\n", tag.c_str());
+  attempt(tag + " training", [&] {
+    auto got = ops::batch_norm_forward_training(x, gamma, beta, rm, rv, p);
+    check_close(tag + " y", got.y, ref.y);
+    check_close(tag + " save_mean", got.save_mean, ref.save_mean, stats_tol);
+    check_close(tag + " save_inv_std", got.save_inv_std, ref.save_inv_std, stats_tol);
+    check_close(tag + " running_mean", rm, rmr, stats_tol);
+    check_close(tag + " running_var", rv, rvr, stats_tol);
+  });
+  attempt(tag + " inference", [&] {
+    auto yi = ops::batch_norm_forward_inference(x, gamma, beta, rm, rv, p.eps);
+    check_close(tag + " inference", yi, ops::batch_norm_forward_inference(xr, gr, br, rmr, rvr, p.eps));
+  });
+  attempt(tag + " backward", [&] {
+    // the saved statistics of the reference, on the device, so that backward is checked alone
+    auto sm = cast<float>(ref.save_mean).to(Device::cuda(0));
+    auto si = cast<float>(ref.save_inv_std).to(Device::cuda(0));
+    auto gb = ops::batch_norm_backward(x, dy, gamma, sm, si);
+    auto rb = ops::batch_norm_backward(xr, dyr, gr, ref.save_mean, ref.save_inv_std);
+    check_close(tag + " dx", gb.dx, rb.dx);
+    check_close(tag + " dgamma", gb.dgamma, rb.dgamma, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
+    check_close(tag + " dbeta", gb.dbeta, rb.dbeta, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
+  });
+  std::printf("%-48s done\n", tag.c_str());
 }
 
 template <class T>
@@ -221,16 +265,22 @@ void run_layer_norm(const Shape& shape, Layout layout) {
   auto [gamma, gr] = random_pair<float>(rest, rng, Layout::row_major);
   auto [beta, br] = random_pair<float>(rest, rng, Layout::row_major);
   auto ref = ops::layer_norm_forward(xr, gr, br, 1e-5);
-  auto got = ops::layer_norm_forward(x, gamma, beta, 1e-5);
-  check_close(tag + " y", got.y, ref.y);
-  check_close(tag + " mean", got.mean, ref.mean, stats_tol);
-  check_close(tag + " inv_std", got.inv_std, ref.inv_std, stats_tol);
-  auto gb = ops::layer_norm_backward(x, dy, gamma, got.mean, got.inv_std);
-  auto rb = ops::layer_norm_backward(xr, dyr, gr, ref.mean, ref.inv_std);
-  check_close(tag + " dx", gb.dx, rb.dx);
-  check_close(tag + " dgamma", gb.dgamma, rb.dgamma, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
-  check_close(tag + " dbeta", gb.dbeta, rb.dbeta, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
-  std::printf("%-48s ok\n", tag.c_str());
+  attempt(tag + " forward", [&] {
+    auto got = ops::layer_norm_forward(x, gamma, beta, 1e-5);
+    check_close(tag + " y", got.y, ref.y);
+    check_close(tag + " mean", got.mean, ref.mean, stats_tol);
+    check_close(tag + " inv_std", got.inv_std, ref.inv_std, stats_tol);
+  });
+  attempt(tag + " backward", [&] {
+    auto mean = cast<float>(ref.mean).to(Device::cuda(0));
+    auto inv = cast<float>(ref.inv_std).to(Device::cuda(0));
+    auto gb = ops::layer_norm_backward(x, dy, gamma, mean, inv);
+    auto rb = ops::layer_norm_backward(xr, dyr, gr, ref.mean, ref.inv_std);
+    check_close(tag + " dx", gb.dx, rb.dx);
+    check_close(tag + " dgamma", gb.dgamma, rb.dgamma, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
+    check_close(tag + " dbeta", gb.dbeta, rb.dbeta, stats_tol * (std::is_same_v<T, float> ? 1 : 10));
+  });
+  std::printf("%-48s done\n", tag.c_str());
 }
 
 template <class T>
@@ -253,4 +303,5 @@ TEST_CASE("gpu batch norm and layer norm match the CPU backend") {
     run_norms<cutrain::bfloat16>(l);
     run_norms<cutrain::half>(l);
   }
+  require_all_supported();
 }

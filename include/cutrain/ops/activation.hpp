@@ -20,8 +20,9 @@ Tensor<T> activation_forward(const Tensor<T>& x, const ActivationParams& a) {
   }
 #ifdef CUTRAIN_WITH_CUDA
   if constexpr (cuda::cudnn::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(x.shape(), x);
-    cuda::cudnn::activation_forward(x, a, y);
+    const Tensor<T> xs = x.contiguous(detail::elementwise_layout(x));
+    Tensor<T> y = detail::device_output<T>(x.shape(), xs);
+    cuda::cudnn::activation_forward(xs, a, y);
     return y;
   } else {
     detail::gpu_dtype_unsupported<T>(op);
@@ -41,8 +42,10 @@ Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Act
   }
 #ifdef CUTRAIN_WITH_CUDA
   if constexpr (cuda::cudnn::GpuFloat<T>) {
-    Tensor<T> dx = detail::device_output<T>(x.shape(), dy);
-    cuda::cudnn::activation_backward(x, dy, a, dx);
+    const Layout l = detail::elementwise_layout(dy);
+    const Tensor<T> xs = x.contiguous(l), dys = dy.contiguous(l);
+    Tensor<T> dx = detail::device_output<T>(x.shape(), dys);
+    cuda::cudnn::activation_backward(xs, dys, a, dx);
     return dx;
   } else {
     detail::gpu_dtype_unsupported<T>(op);

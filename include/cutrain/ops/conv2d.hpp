@@ -8,6 +8,7 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cudnn/conv.hpp"
+#include "cutrain/cuda/kernels/bias_grad.hpp"
 #endif
 
 namespace cutrain::ops {
@@ -77,7 +78,15 @@ Tensor<T> conv2d_bias_activation_forward(const Tensor<T>& x, const Tensor<T>& w,
 #ifdef CUTRAIN_WITH_CUDA
   if constexpr (cuda::cudnn::GpuFloat<T>) {
     Tensor<T> y = detail::device_output<T>(ys, x);
-    cuda::cudnn::conv2d_forward(x, w, bias, p, y, act);
+    try {
+      cuda::cudnn::conv2d_forward(x, w, bias, p, y, act);
+    } catch (const CudnnError&) {
+      // cuDNN has no fused engine for every activation, dtype and layout (f32 NCHW + gelu, for
+      // one): run the conv (+ bias) graph, then the activation graph. The failed build is
+      // remembered, so this costs one exception per call, not a new build.
+      cuda::cudnn::conv2d_forward(x, w, bias, p, y);
+      return activation_forward(y, act);
+    }
     return y;
   } else {
     detail::gpu_dtype_unsupported<T>(op);
@@ -134,12 +143,21 @@ Tensor<T> conv2d_backward_bias(const Tensor<T>& dy) {
   constexpr std::string_view op = "conv2d_backward_bias";
   check::rank(op, dy, 4, "dy");
   cutrain::detail::conv2d_check_dims(op, dy.shape(), "dy");
-  // CUDA: cuDNN 9.19's graph reduction had no engine for this on the H200 except f32 NHWC
-  // (2026-11-29); the bias gradient moves to a cuBLASLt/NVRTC reduction with the CUDA backend.
-  if (detail::use_cpu(op, dy)) {
+  if (detail::on_cpu(op, dy)) {
     if constexpr (CpuFloat<T>) return cpu::conv2d_backward_bias(dy);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  // An NVRTC reduction, not cuDNN's: cuDNN 9.19's graph reduction had no engine for this on the
+  // H200 except f32 NHWC (2026-11-29).
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> db = detail::device_output<T>(Shape{dy.dim(1)}, dy);
+    cuda::kernels::bias_grad(dy, db);
+    return db;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 

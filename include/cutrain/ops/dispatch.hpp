@@ -34,6 +34,12 @@ Tensor<T> device_output(const Shape& shape, const Tensor<U>& like) {
   return Tensor<T>(shape, {.layout = l, .device = like.device()});
 }
 
+// The contiguous layout an elementwise op computes in: nhwc for an nhwc tensor, else row-major.
+template <class T>
+Layout elementwise_layout(const Tensor<T>& t) {
+  return t.rank() == 4 && t.layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;
+}
+
 // The CUDA backend computes in f32, bf16 and f16.
 template <class T>
 [[noreturn]] void gpu_dtype_unsupported(std::string_view op) {

@@ -114,6 +114,7 @@ std::int64_t row_stride(const Tensor<T>& t) {
   const std::int64_t r = t.dim(0), c = t.dim(1);
   const auto& s = t.strides();
   const std::int64_t packed = std::max<std::int64_t>(c, 1);
+  if (t.numel() == 0) return packed;  // nothing is read or written
   if (c > 1 && s[1] != 1) return 0;
   if (r <= 1) return packed;
   return s[0] >= packed ? s[0] : 0;

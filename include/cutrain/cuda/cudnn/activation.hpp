@@ -29,44 +29,47 @@ inline fe::graph::Pointwise_attributes activation_attributes(const ActivationPar
   return attr;
 }
 
-template <class T>
-std::string activation_key(const char* dir, const ActivationParams& a) {
-  return cutrain::detail::cat("activation ", dir, " ", a.kind, " alpha ", a.alpha, " ", dtype_of<T>);
+inline std::string activation_key(const ActivationParams& a) {
+  return cutrain::detail::cat(a.kind, " alpha ", a.alpha);
 }
 }  // namespace detail
 
+// x and y contiguous in one layout (see elementwise_view).
 template <GpuFloat T>
 void activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>& y) {
   constexpr std::string_view op = "activation_forward";
   const int dev = x.device().index;
-  const std::string key = detail::activation_key<T>("fwd", a) + signature(" x", x.shape(), x.strides()) +
-                          signature(" y", y.shape(), y.strides());
+  const auto [vs, vst] = elementwise_view(x);
+  const std::string key =
+      cutrain::detail::cat("activation fwd ", detail::activation_key(a), " ", dtype_of<T>, signature(" view", vs, vst));
   BuiltGraph& bg = cached_graph(dev, key, [&] {
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
-    auto X = tensor(*g, "x", x);
+    auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
     auto Y = g->pointwise(X, detail::activation_attributes(a, false));
-    Y->set_output(true).set_dim(y.shape().dims()).set_stride(y.strides()).set_data_type(fe_type<T>::value);
+    Y->set_output(true).set_dim(vs.dims()).set_stride(vst).set_data_type(fe_type<T>::value);
     build(*g, handles(dev).cudnn, op, key, false);
     return BuiltGraph{g, {X, Y}, g->get_workspace_size()};
   });
   execute(bg, dev, {x.data(), y.data()}, op, key);
 }
 
+// x, dy and dx contiguous in one layout (see elementwise_view).
 template <GpuFloat T>
 void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const ActivationParams& a, Tensor<T>& dx) {
   constexpr std::string_view op = "activation_backward";
   const int dev = x.device().index;
-  const std::string key = detail::activation_key<T>("bwd", a) + signature(" x", x.shape(), x.strides()) +
-                          signature(" dy", dy.shape(), dy.strides()) + signature(" dx", dx.shape(), dx.strides());
+  const auto [vs, vst] = elementwise_view(x);
+  const std::string key =
+      cutrain::detail::cat("activation bwd ", detail::activation_key(a), " ", dtype_of<T>, signature(" view", vs, vst));
   BuiltGraph& bg = cached_graph(dev, key, [&] {
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
-    auto X = tensor(*g, "x", x);
-    auto DY = tensor(*g, "dy", dy);
+    auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
+    auto DY = tensor(*g, "dy", vs, vst, fe_type<T>::value);
     auto DX = a.kind == Activation::identity ? g->pointwise(DY, detail::activation_attributes(a, true))
                                              : g->pointwise(DY, X, detail::activation_attributes(a, true));
-    DX->set_output(true).set_dim(dx.shape().dims()).set_stride(dx.strides()).set_data_type(fe_type<T>::value);
+    DX->set_output(true).set_dim(vs.dims()).set_stride(vst).set_data_type(fe_type<T>::value);
     build(*g, handles(dev).cudnn, op, key, false);
     if (a.kind == Activation::identity) return BuiltGraph{g, {DY, DX}, g->get_workspace_size()};
     return BuiltGraph{g, {X, DY, DX}, g->get_workspace_size()};

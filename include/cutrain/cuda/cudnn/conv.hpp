@@ -52,7 +52,7 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
   const std::string key = detail::conv_key<T>("fprop", p, strict) + signature(" x", x.shape(), x.strides()) +
                           signature(" w", w.shape(), w.strides()) + signature(" y", y.shape(), y.strides()) +
                           (has_bias ? " +bias" : "") +
-                          (act.kind == Activation::identity ? "" : detail::activation_key<T>(" +", act));
+                          (act.kind == Activation::identity ? "" : " +" + detail::activation_key(act));
   BuiltGraph& bg = cached_graph(dev, key, [&] {
     auto g = detail::new_graph<T>();
     auto X = tensor(*g, "x", x);

@@ -60,12 +60,18 @@ struct BuiltGraph {
   std::int64_t workspace = 0;
 };
 
+// A signature cuDNN could not build, remembered so that asking again fails at once (and a
+// caller with a fallback pays for the failed build only once).
+struct FailedGraph {
+  std::string op, message;
+};
+
 // Validates, lowers and plans a graph with cuDNN's heuristics (the autotuner replaces this choice).
 inline void build(fe::graph::Graph& g, cudnnHandle_t handle, std::string_view op, const std::string& key, bool strict_f32) {
   CUTRAIN_FE_CHECK(g.validate(), op, key + ": validate");
   CUTRAIN_FE_CHECK(g.build_operation_graph(handle), op, key + ": build_operation_graph");
   CUTRAIN_FE_CHECK(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), op,
-                   key + ": create_execution_plans");
+                   key + ": no cuDNN engine supports this combination (create_execution_plans)");
   if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE});
   CUTRAIN_FE_CHECK(g.check_support(handle), op, key + ": no cuDNN engine supports this combination");
   CUTRAIN_FE_CHECK(g.build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), op, key + ": build_plans");
@@ -74,10 +80,30 @@ inline void build(fe::graph::Graph& g, cudnnHandle_t handle, std::string_view op
 // The graph for `key` on `device`, built by `make` at first use; later calls are a hash lookup.
 inline BuiltGraph& cached_graph(int device, const std::string& key, const std::function<BuiltGraph()>& make) {
   thread_local std::unordered_map<std::string, BuiltGraph> cache;
+  thread_local std::unordered_map<std::string, FailedGraph> failed;
   const std::string full = std::to_string(device) + "|" + key;
   auto it = cache.find(full);
-  if (it == cache.end()) it = cache.emplace(full, make()).first;
-  return it->second;
+  if (it != cache.end()) return it->second;
+  if (auto f = failed.find(full); f != failed.end()) throw CudnnError(f->second.op, f->second.message);
+  try {
+    return cache.emplace(full, make()).first->second;
+  } catch (const CudnnError& e) {
+    // Keep the reason (the text after "cutrain::<op>: ") for the next caller.
+    const std::string what = e.what();
+    const auto colon = what.find(": ");
+    failed.emplace(full, FailedGraph{e.op(), colon == std::string::npos ? what : what.substr(colon + 2)});
+    throw;
+  }
+}
+
+// Whether cuDNN can build the graph for `key` (building it if not yet tried).
+inline bool graph_supported(int device, const std::string& key, const std::function<BuiltGraph()>& make) {
+  try {
+    cached_graph(device, key, make);
+    return true;
+  } catch (const CudnnError&) {
+    return false;
+  }
 }
 
 // Runs a built graph with the device pointers of its tensors, in the order of bg.tensors.
@@ -92,6 +118,19 @@ inline void execute(const BuiltGraph& bg, int device, std::initializer_list<cons
 
 inline std::string signature(const char* name, const Shape& s, const Strides& st) {
   return cutrain::detail::cat(name, s, strides_str(st));
+}
+
+// Elementwise graphs: cuDNN's pointwise engines want fully packed NHWC-ordered tensors. An
+// elementwise op does not care about dims, so a contiguous row-major (NCHW) tensor is described
+// as the NHWC-packed [1, c, n / c, 1] with c a power of two (at most 64) that divides n. All
+// tensors of one elementwise graph must share the layout.
+template <class T>
+std::pair<Shape, Strides> elementwise_view(const Tensor<T>& t) {
+  if (t.rank() == 4 && t.layout() == Layout::nhwc) return {t.shape(), t.strides()};
+  const std::int64_t n = t.numel();
+  std::int64_t c = 1;
+  while (c < 64 && n % (c * 2) == 0) c *= 2;
+  return {Shape{1, c, n / c, 1}, Strides{n, 1, c, c}};
 }
 
 }  // namespace cutrain::cuda::cudnn
