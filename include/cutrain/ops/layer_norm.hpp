@@ -40,12 +40,15 @@ LayerNormForward<T, S> layer_norm_forward(const Tensor<T>& x, const Tensor<S>& g
 #ifdef CUTRAIN_WITH_CUDA
   if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
     const Device dev = x.device();
-    // cuDNN sees a non-4-d x as [N, D, 1, 1]: it must then be contiguous.
-    const Tensor<T> xs = x.rank() == 4 ? x.view() : x.contiguous(Layout::row_major);
-    LayerNormForward<T, S> r{detail::device_output<T>(x.shape(), xs), Tensor<S>(Shape{x.dim(0)}, {.device = dev}),
+    // cuDNN's layer norm (9.19, H200) gave wrong results for NHWC x and has no NHWC backward:
+    // it runs on a row-major (NCHW) copy, and y goes back to x's layout. The copies go through
+    // the host until the CUDA copy kernel lands: a slow path, for NHWC only.
+    const Tensor<T> xs = x.contiguous(Layout::row_major);
+    LayerNormForward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(Shape{x.dim(0)}, {.device = dev}),
                              Tensor<S>(Shape{x.dim(0)}, {.device = dev})};
     cuda::cudnn::layer_norm_forward(xs, gamma.contiguous(Layout::row_major), beta.contiguous(Layout::row_major), eps,
                                     r.y, r.mean, r.inv_std);
+    if (detail::elementwise_layout(x) == Layout::nhwc) r.y = r.y.contiguous(Layout::nhwc);
     return r;
   } else {
     detail::norm_dtypes_unsupported<T, S>(op, x.device());
@@ -71,13 +74,13 @@ NormBackward<T, S> layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, 
 #ifdef CUTRAIN_WITH_CUDA
   if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
     const Device dev = x.device();
-    const bool four = x.rank() == 4;
-    const Tensor<T> xs = four ? x.view() : x.contiguous(Layout::row_major);
-    const Tensor<T> dys = four ? dy.view() : dy.contiguous(Layout::row_major);
-    NormBackward<T, S> r{detail::device_output<T>(x.shape(), dys), Tensor<S>(gamma.shape(), {.device = dev}),
+    // Row-major (NCHW) only, as in the forward.
+    const Tensor<T> xs = x.contiguous(Layout::row_major), dys = dy.contiguous(Layout::row_major);
+    NormBackward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(gamma.shape(), {.device = dev}),
                          Tensor<S>(gamma.shape(), {.device = dev})};
     cuda::cudnn::layer_norm_backward(xs, dys, gamma.contiguous(Layout::row_major), mean, inv_std, r.dx, r.dgamma,
                                      r.dbeta);
+    if (detail::elementwise_layout(dy) == Layout::nhwc) r.dx = r.dx.contiguous(Layout::nhwc);
     return r;
   } else {
     detail::norm_dtypes_unsupported<T, S>(op, x.device());

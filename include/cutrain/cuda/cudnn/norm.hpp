@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cutrain/core/params/norm.hpp"
+#include "cutrain/cuda/cudnn/activation.hpp"
 #include "cutrain/cuda/cudnn/graph.hpp"
 
 namespace cutrain::cuda::cudnn {
@@ -41,20 +42,22 @@ inline void output(const TensorAttr& t, const Shape& s, const Strides& st, fe::D
 }
 }  // namespace detail
 
-// y = gamma (x - mean) inv_std + beta with batch statistics; writes save_mean, save_inv_std ([C])
-// and next_mean / next_var ([C], the updated running statistics, unbiased variance).
+// y = act(gamma (x - mean) inv_std + beta) with batch statistics; writes save_mean, save_inv_std
+// ([C]) and next_mean / next_var ([C], the updated running statistics, unbiased variance). The
+// activation (identity by default) is a pointwise node of the same graph.
 template <GpuFloat T>
 void batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma, const Tensor<float>& beta,
                                  const Tensor<float>& running_mean, const Tensor<float>& running_var,
                                  const BatchNormParams& p, Tensor<T>& y, Tensor<float>& save_mean,
-                                 Tensor<float>& save_inv_std, Tensor<float>& next_mean, Tensor<float>& next_var) {
+                                 Tensor<float>& save_inv_std, Tensor<float>& next_mean, Tensor<float>& next_var,
+                                 const ActivationParams& act = {.kind = Activation::identity}) {
   constexpr std::string_view op = "batch_norm_forward_training";
   const int dev = x.device().index;
   const auto [xs, xst] = detail::as_4d(x);
   const auto [ys, yst] = detail::as_4d(y);
   const std::int64_t c = x.dim(1);
   const std::string key = cutrain::detail::cat("bn fwd train ", dtype_of<T>, " ", p, signature(" x", xs, xst),
-                                               signature(" y", ys, yst));
+                                               signature(" y", ys, yst), " +", detail::activation_key(act));
   BuiltGraph& bg = cached_graph(dev, key, [&] {
     auto g = detail::norm_graph<T>();
     auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
@@ -66,6 +69,7 @@ void batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma,
     auto MOM = detail::scalar(*g, static_cast<float>(p.momentum));
     auto [Y, MEAN, INV, NEXT_M, NEXT_V] = g->batchnorm(
         X, SCALE, BIAS, fe::graph::Batchnorm_attributes().set_epsilon(EPS).set_previous_running_stats(RM, RV, MOM));
+    if (act.kind != Activation::identity) Y = g->pointwise(Y, detail::activation_attributes(act, false));
     detail::output(Y, ys, yst, fe_type<T>::value);
     for (const auto& s : {MEAN, INV, NEXT_M, NEXT_V}) detail::output(s, {1, c, 1, 1}, {c, 1, c, c}, fe::DataType_t::FLOAT);
     build(*g, handles(dev).cudnn, op, key, false);

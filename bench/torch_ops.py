@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench_conv_gpu: the same shapes (bench/conv_shapes.txt), dtypes, layouts and
-timing (CUDA events around 10 back-to-back calls, median of 30 after warm-up, same buffers,
+"""PyTorch side of bench_ops_gpu: the same work (convs of bench/conv_shapes.txt, conv + bias + relu,
+batch norm training forward alone and with relu, relu; same dtypes and layouts) and timing (CUDA
+events around 10 back-to-back calls, median of 30 after warm-up, same buffers,
 torch.backends.cudnn.benchmark=True). With --cutrain JSON (Google Benchmark output of
-bench_conv_gpu) it prints cutrain/PyTorch per row (below 1 means cutrain is faster).
-  python3 bench/torch_conv.py --cutrain conv.json --out torch_conv.json
+bench_ops_gpu) it prints cutrain/PyTorch per row (below 1 means cutrain is faster). The fused
+conv + bias + relu row compares with PyTorch's conv ALONE (the target: fusion costs nothing).
+  python3 bench/torch_ops.py --cutrain conv.json --out torch_ops.json
 """
 import argparse, json, os, statistics
 import torch
@@ -51,6 +53,33 @@ def run(tag, dtype, channels_last, tf32):
     return res
 
 
+def run_extra():
+    res = {}
+    # conv alone and conv + bias + relu, bf16 channels-last
+    torch.backends.cudnn.allow_tf32 = False
+    for name, (n, c, h, w, k, r, s, p) in shapes():
+        cl = torch.channels_last
+        x = torch.rand(n, c, h, w, device="cuda", dtype=torch.bfloat16).mul_(2).sub_(1).to(memory_format=cl)
+        wt = torch.rand(k, c, r, r, device="cuda", dtype=torch.bfloat16).mul_(2).sub_(1).to(memory_format=cl)
+        b = torch.rand(k, device="cuda", dtype=torch.bfloat16)
+        conv = median_ms(lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=p))
+        res[f"bf16_nhwc/{name}/conv_alone"] = conv
+        res[f"bf16_nhwc/{name}/conv_bias_relu"] = conv  # the target: PyTorch's conv alone
+        res[f"torch_only/bf16_nhwc/{name}/conv_bias_relu_eager"] = median_ms(
+            lambda: torch.relu(torch.nn.functional.conv2d(x, wt, b, stride=s, padding=p)))
+    for tag, dtype, cl in (("bf16_nhwc", torch.bfloat16, True), ("fp32_nchw", torch.float32, False)):
+        fmt = torch.channels_last if cl else torch.contiguous_format
+        x = torch.rand(256, 128, 32, 32, device="cuda", dtype=dtype).mul_(2).sub_(1).to(memory_format=fmt)
+        g = torch.rand(128, device="cuda") + 0.5
+        bb = torch.rand(128, device="cuda") - 0.5
+        rm, rv = torch.zeros(128, device="cuda"), torch.ones(128, device="cuda")
+        bn = lambda: torch.nn.functional.batch_norm(x, rm, rv, g, bb, training=True, momentum=0.1, eps=1e-5)
+        res[f"{tag}/bn_train_256x128x32x32"] = median_ms(bn)
+        res[f"{tag}/bn_relu_train_256x128x32x32"] = median_ms(lambda: torch.relu(bn()))
+        res[f"{tag}/relu_256x128x32x32"] = median_ms(lambda: torch.relu(x))
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cutrain")
@@ -61,6 +90,7 @@ def main():
     torch_ms.update(run("fp32_nchw", torch.float32, False, False))
     torch_ms.update(run("fp32_tf32_nchw", torch.float32, False, True))
     torch_ms.update(run("bf16_nhwc", torch.bfloat16, True, False))
+    torch_ms.update(run_extra())
     if args.out:
         json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "ms": torch_ms},
                   open(args.out, "w"), indent=1)
@@ -74,11 +104,12 @@ def main():
     ratios = []
     for key, t in torch_ms.items():
         c = cut.get(key)
-        if c:
+        if c and key.endswith(("/fwd", "/dgrad", "/wgrad")):
             ratios.append(c / t)
         print(f"{key:42s} {c if c else float('nan'):11.4f} {t:9.4f} {c / t if c else float('nan'):6.2f}")
     if ratios:
-        print(f"geometric mean cutrain/torch: {statistics.geometric_mean(ratios):.3f} over {len(ratios)} rows")
+        print(f"geometric mean cutrain/torch over the {len(ratios)} conv fwd/dgrad/wgrad rows: "
+              f"{statistics.geometric_mean(ratios):.3f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,206 @@
+// The GPU ops against the card and against PyTorch (bench/torch_ops.py times the same work the
+// same way and prints the ratios):
+//  - conv2d fprop, dgrad and wgrad (cuDNN graph API, heuristic plans) for the shapes of
+//    bench/conv_shapes.txt, in f32 NCHW (TF32 off), TF32 NCHW and bf16 NHWC;
+//  - conv + bias + relu fused, against conv alone, bf16 NHWC;
+//  - batch-norm training forward (alone and with relu after it), relu forward, on
+//    256x128x32x32 bf16 NHWC and f32 NCHW, in GB/s.
+// Timing as in ../shared/DESIGN.md: CUDA events around 10 back-to-back calls, median of 30 after
+// warm-up, same buffers.
+//   build/bench/bench_ops_gpu --benchmark_out=ops.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+
+#include <cutrain/cutrain.hpp>
+#include <cutrain/ops/activation.hpp>
+#include <cutrain/ops/batch_norm.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace cutrain;
+
+struct Shape4 {
+  std::string name;
+  std::int64_t n, c, h, w, k, r;
+  int stride, pad;
+};
+
+std::vector<Shape4> load_shapes() {
+  // From the repository root (where scripts/gpu-check runs it), else from the source tree.
+  std::ifstream in("bench/conv_shapes.txt");
+  if (!in) in.open(CUTRAIN_BENCH_DIR "/conv_shapes.txt");
+  std::vector<Shape4> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream is(line);
+    Shape4 s;
+    is >> s.name >> s.n >> s.c >> s.h >> s.w >> s.k >> s.r >> s.stride >> s.pad;
+    out.push_back(s);
+  }
+  return out;
+}
+
+enum class Dir { fprop, dgrad, wgrad };
+
+// Median milliseconds per call of fn: 30 samples of 10 back-to-back calls between two events.
+template <class F>
+double median_ms(F&& fn) {
+  cudaEvent_t a, b;
+  cuda::check(cudaEventCreate(&a), "bench", "cudaEventCreate");
+  cuda::check(cudaEventCreate(&b), "bench", "cudaEventCreate");
+  for (int i = 0; i < 5; ++i) fn();
+  std::vector<float> ms;
+  for (int s = 0; s < 30; ++s) {
+    cudaEventRecord(a, cuda::current_stream());
+    for (int i = 0; i < 10; ++i) fn();
+    cudaEventRecord(b, cuda::current_stream());
+    cuda::check(cudaEventSynchronize(b), "bench", "cudaEventSynchronize");
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t / 10);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::nth_element(ms.begin(), ms.begin() + 15, ms.end());
+  return ms[15];
+}
+
+template <class T>
+void run(benchmark::State& state, const Shape4& s, Dir dir, Layout layout, bool tf32) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  cuda::cudnn::math_options().allow_tf32 = tf32;
+  Rng rng(3);
+  const Conv2dParams p = Conv2dParams::make(s.stride, s.pad);
+  const Device dev = Device::cuda(0);
+  auto x = cast<T>(Tensor<float>::uniform({s.n, s.c, s.h, s.w}, rng, -1, 1, {.layout = layout})).to(dev);
+  auto w = cast<T>(Tensor<float>::uniform({s.k, s.c, s.r, s.r}, rng, -1, 1, {.layout = layout})).to(dev);
+  const Shape ys = conv2d_output_shape(x.shape(), w.shape(), p);
+  auto dy = cast<T>(Tensor<float>::uniform(ys, rng, -1, 1, {.layout = layout})).to(dev);
+  Tensor<T> y(ys, {.layout = layout, .device = dev}), dx(x.shape(), {.layout = layout, .device = dev}),
+      dw(w.shape(), {.layout = layout, .device = dev});
+  double ms = 0;
+  for (auto _ : state) {
+    switch (dir) {
+      case Dir::fprop: ms = median_ms([&] { cuda::cudnn::conv2d_forward(x, w, Tensor<T>{}, p, y); }); break;
+      case Dir::dgrad: ms = median_ms([&] { cuda::cudnn::conv2d_backward_data(dy, w, p, dx); }); break;
+      case Dir::wgrad: ms = median_ms([&] { cuda::cudnn::conv2d_backward_filter(dy, x, p, dw); }); break;
+    }
+    state.SetIterationTime(ms / 1e3);
+  }
+  cuda::synchronize("bench_ops_gpu");
+  const double flops = 2.0 * static_cast<double>(ys.numel()) * static_cast<double>(s.c * s.r * s.r);
+  state.counters["median_ms"] = ms;
+  state.counters["TFLOP/s"] = flops / (ms * 1e-3) / 1e12;
+  cuda::cudnn::math_options().allow_tf32 = false;
+}
+
+// Fused conv + bias + relu (one graph) next to the same conv alone, bf16 NHWC.
+void run_fused(benchmark::State& state, const Shape4& s, bool fused) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  Rng rng(4);
+  const Conv2dParams p = Conv2dParams::make(s.stride, s.pad);
+  const Device dev = Device::cuda(0);
+  const TensorOptions o{.layout = Layout::nhwc, .device = dev};
+  auto x = cast<bfloat16>(Tensor<float>::uniform({s.n, s.c, s.h, s.w}, rng, -1, 1, {.layout = Layout::nhwc})).to(dev);
+  auto w = cast<bfloat16>(Tensor<float>::uniform({s.k, s.c, s.r, s.r}, rng, -1, 1, {.layout = Layout::nhwc})).to(dev);
+  auto b = cast<bfloat16>(Tensor<float>::uniform({s.k}, rng, -1, 1)).to(dev);
+  Tensor<bfloat16> y(conv2d_output_shape(x.shape(), w.shape(), p), o);
+  const ActivationParams act{.kind = fused ? Activation::relu : Activation::identity};
+  const Tensor<bfloat16> none;
+  double ms = 0;
+  for (auto _ : state) {
+    ms = median_ms([&] { cuda::cudnn::conv2d_forward(x, w, fused ? b : none, p, y, act); });
+    state.SetIterationTime(ms / 1e3);
+  }
+  cuda::synchronize("bench_ops_gpu");
+  state.counters["median_ms"] = ms;
+}
+
+enum class Elementwise { bn_train, bn_relu_train, relu };
+
+// Memory-bound ops on 256x128x32x32; GB/s counts one read of x and one write of y.
+template <class T>
+void run_elementwise(benchmark::State& state, Elementwise what, Layout layout) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  Rng rng(5);
+  const Device dev = Device::cuda(0);
+  const Shape shape{256, 128, 32, 32};
+  auto x = cast<T>(Tensor<float>::uniform(shape, rng, -1, 1, {.layout = layout})).to(dev);
+  Tensor<T> y(shape, {.layout = layout, .device = dev});
+  auto gamma = Tensor<float>::uniform({128}, rng, 0.5, 1.5).to(dev);
+  auto beta = Tensor<float>::uniform({128}, rng, -0.5, 0.5).to(dev);
+  auto rm = Tensor<float>::zeros({128}, {.device = dev});
+  auto rv = Tensor<float>::full({128}, 1.f, {.device = dev});
+  Tensor<float> sm({128}, {.device = dev}), si({128}, {.device = dev}), nm({128}, {.device = dev}),
+      nv({128}, {.device = dev});
+  const BatchNormParams bp{};
+  double ms = 0;
+  for (auto _ : state) {
+    switch (what) {
+      case Elementwise::bn_train:
+        ms = median_ms([&] { cuda::cudnn::batch_norm_forward_training(x, gamma, beta, rm, rv, bp, y, sm, si, nm, nv); });
+        break;
+      case Elementwise::bn_relu_train:
+        ms = median_ms([&] {
+          cuda::cudnn::batch_norm_forward_training(x, gamma, beta, rm, rv, bp, y, sm, si, nm, nv,
+                                                   {.kind = Activation::relu});
+        });
+        break;
+      case Elementwise::relu:
+        ms = median_ms([&] { cuda::cudnn::activation_forward(x, {.kind = Activation::relu}, y); });
+        break;
+    }
+    state.SetIterationTime(ms / 1e3);
+  }
+  cuda::synchronize("bench_ops_gpu");
+  state.counters["median_ms"] = ms;
+  state.counters["GB/s"] = 2.0 * static_cast<double>(shape.numel() * sizeof(T)) / (ms * 1e-3) / 1e9;
+}
+
+const int registered = [] {
+  static const auto shapes = load_shapes();
+  for (const auto& s : shapes)
+    for (auto [dir, dname] : {std::pair{Dir::fprop, "fwd"}, {Dir::dgrad, "dgrad"}, {Dir::wgrad, "wgrad"}}) {
+      auto reg = [&](const std::string& prefix, auto fn) {
+        benchmark::RegisterBenchmark((prefix + "/" + s.name + "/" + dname).c_str(), fn)
+            ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+      };
+      reg("fp32_nchw", [&s, dir = dir](benchmark::State& st) { run<float>(st, s, dir, Layout::nchw, false); });
+      reg("fp32_tf32_nchw", [&s, dir = dir](benchmark::State& st) { run<float>(st, s, dir, Layout::nchw, true); });
+      reg("bf16_nhwc", [&s, dir = dir](benchmark::State& st) { run<bfloat16>(st, s, dir, Layout::nhwc, false); });
+    }
+  for (const auto& s : shapes) {
+    for (bool fused : {false, true})
+      benchmark::RegisterBenchmark(("bf16_nhwc/" + s.name + (fused ? "/conv_bias_relu" : "/conv_alone")).c_str(),
+                                   [&s, fused](benchmark::State& st) { run_fused(st, s, fused); })
+          ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  }
+  for (auto [what, name] : {std::pair{Elementwise::bn_train, "bn_train"}, {Elementwise::bn_relu_train, "bn_relu_train"},
+                            {Elementwise::relu, "relu"}}) {
+    benchmark::RegisterBenchmark((std::string("bf16_nhwc/") + name + "_256x128x32x32").c_str(),
+                                 [what = what](benchmark::State& st) { run_elementwise<bfloat16>(st, what, Layout::nhwc); })
+        ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("fp32_nchw/") + name + "_256x128x32x32").c_str(),
+                                 [what = what](benchmark::State& st) { run_elementwise<float>(st, what, Layout::nchw); })
+        ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  }
+  return 0;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();
