@@ -1,6 +1,6 @@
 // The ops on cuDNN's graph API against the CPU backend in f64, in f32, bf16 and f16, NCHW and
-// NHWC: conv2d forward with and without bias, backward data and backward filter (the bias
-// gradient is not on the GPU yet); conv + bias + activation fused; activations forward and
+// NHWC: conv2d forward with and without bias, backward data, backward filter (and the bias
+// gradient, an NVRTC kernel, through ops::); conv + bias + activation fused; activations forward and
 // backward; batch norm (training, inference, backward) and layer norm (forward, backward) with
 // f32 parameters and statistics. One translation unit, since each one that includes cudnn-frontend costs a minute.
 #include "parity.hpp"
@@ -85,6 +85,9 @@ void run_case(const Case& c, Layout layout) {
     auto dw = poisoned<T>(c.w, layout);
     cuda::cudnn::conv2d_backward_filter(dy, x, c.p, dw);
     check_close(tag + " wgrad", dw, ops::conv2d_backward_filter(dyr, xr, c.w, c.p));
+
+    // the bias gradient: an NVRTC reduction kernel, through ops::
+    check_close(tag + " bias grad", ops::conv2d_backward_bias(dy), ops::conv2d_backward_bias(dyr));
 
     cuda::synchronize();
     std::printf("conv2d %-32s ok\n", tag.c_str());

@@ -7,6 +7,11 @@
 #include "cutrain/cpu/cross_entropy.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/gpu_float.hpp"
+#include "cutrain/cuda/kernels/cross_entropy.hpp"
+#endif
+
 namespace cutrain::ops {
 
 namespace detail {
@@ -39,10 +44,19 @@ Tensor<T> cross_entropy_forward(const Tensor<T>& logits, const Tensor<std::int32
                                 const CrossEntropyParams& p = {}) {
   constexpr std::string_view op = "cross_entropy_forward";
   detail::check_cross_entropy(op, logits, labels, p);
-  if (detail::use_cpu(op, logits, labels)) {
+  if (detail::on_cpu(op, logits, labels)) {
     if constexpr (CpuFloat<T>) return cpu::cross_entropy_forward(logits, labels, p);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> loss = detail::device_output<T>(Shape{}, logits);
+    cuda::kernels::cross_entropy_forward(logits, labels, p, loss);
+    return loss;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -53,10 +67,20 @@ Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int3
                                  std::type_identity_t<T> dloss, const CrossEntropyParams& p = {}) {
   constexpr std::string_view op = "cross_entropy_backward";
   detail::check_cross_entropy(op, logits, labels, p);
-  if (detail::use_cpu(op, logits, labels)) {
+  if (detail::on_cpu(op, logits, labels)) {
     if constexpr (CpuFloat<T>) return cpu::cross_entropy_backward(logits, labels, dloss, p);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    // Recomputes the softmax from the logits (the forward keeps no state).
+    Tensor<T> dlogits = detail::device_output<T>(logits.shape(), logits);
+    cuda::kernels::cross_entropy_backward(logits, labels, static_cast<double>(dloss), p, dlogits);
+    return dlogits;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 

@@ -6,6 +6,11 @@
 #include "cutrain/cpu/elementwise.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/gpu_float.hpp"
+#include "cutrain/cuda/kernels/elementwise.hpp"
+#endif
+
 namespace cutrain::ops {
 
 namespace detail {
@@ -28,10 +33,19 @@ template <class T>
 Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
   constexpr std::string_view op = "add";
   detail::check_elementwise_pair(op, a, "a", b, "b");
-  if (detail::use_cpu(op, a, b)) {
+  if (detail::on_cpu(op, a, b)) {
     if constexpr (CpuFloat<T>) return cpu::add(a, b);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(a.shape(), a);
+    cuda::kernels::add(a, b, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -40,10 +54,19 @@ template <class T>
 Tensor<T> multiply(const Tensor<T>& a, const Tensor<T>& b) {
   constexpr std::string_view op = "multiply";
   detail::check_elementwise_pair(op, a, "a", b, "b");
-  if (detail::use_cpu(op, a, b)) {
+  if (detail::on_cpu(op, a, b)) {
     if constexpr (CpuFloat<T>) return cpu::multiply(a, b);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(a.shape(), a);
+    cuda::kernels::multiply(a, b, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -53,10 +76,19 @@ Tensor<T> scale(const Tensor<T>& a, double alpha) {
   constexpr std::string_view op = "scale";
   check::defined(op, a, "a");
   detail::check_elementwise_alpha(op, alpha);
-  if (detail::use_cpu(op, a)) {
+  if (detail::on_cpu(op, a)) {
     if constexpr (CpuFloat<T>) return cpu::scale(a, alpha);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(a.shape(), a);
+    cuda::kernels::scale(a, alpha, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -65,10 +97,20 @@ template <class T>
 BinaryBackward<T> add_backward(const Tensor<T>& dy) {
   constexpr std::string_view op = "add_backward";
   check::defined(op, dy, "dy");
-  if (detail::use_cpu(op, dy)) {
+  if (detail::on_cpu(op, dy)) {
     if constexpr (CpuFloat<T>) return cpu::add_backward(dy);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    BinaryBackward<T> g{detail::device_output<T>(dy.shape(), dy), detail::device_output<T>(dy.shape(), dy)};
+    cuda::kernels::scale(dy, 1.0, g.da);  // exact copies, on the current stream
+    cuda::kernels::scale(dy, 1.0, g.db);
+    return g;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -78,10 +120,20 @@ BinaryBackward<T> multiply_backward(const Tensor<T>& a, const Tensor<T>& b, cons
   constexpr std::string_view op = "multiply_backward";
   detail::check_elementwise_pair(op, a, "a", b, "b");
   detail::check_elementwise_pair(op, a, "a", dy, "dy");
-  if (detail::use_cpu(op, a, b, dy)) {
+  if (detail::on_cpu(op, a, b, dy)) {
     if constexpr (CpuFloat<T>) return cpu::multiply_backward(a, b, dy);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    BinaryBackward<T> g{detail::device_output<T>(a.shape(), a), detail::device_output<T>(b.shape(), b)};
+    cuda::kernels::multiply(dy, b, g.da);
+    cuda::kernels::multiply(dy, a, g.db);
+    return g;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -91,10 +143,19 @@ Tensor<T> scale_backward(const Tensor<T>& dy, double alpha) {
   constexpr std::string_view op = "scale_backward";
   check::defined(op, dy, "dy");
   detail::check_elementwise_alpha(op, alpha);
-  if (detail::use_cpu(op, dy)) {
+  if (detail::on_cpu(op, dy)) {
     if constexpr (CpuFloat<T>) return cpu::scale_backward(dy, alpha);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> dx = detail::device_output<T>(dy.shape(), dy);
+    cuda::kernels::scale(dy, alpha, dx);
+    return dx;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 

@@ -1,0 +1,476 @@
+// NVRTC kernels: compiled at first use for the running GPU's architecture, cached on disk as
+// CUBIN, loaded with the driver API into the device's primary context, and launched on
+// cuda::current_stream().
+//
+// The compile and disk-cache half needs only nvrtc.h, so the NVRTC compile test runs it with no
+// GPU and no CUTRAIN_WITH_CUDA. The load-and-launch half needs CUTRAIN_WITH_CUDA.
+#pragma once
+
+#include <nvrtc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "cutrain/core/error.hpp"
+#include "cutrain/cuda/kernels/sources.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include <cuda.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "cutrain/core/tensor.hpp"
+#include "cutrain/cuda/runtime.hpp"
+#endif
+
+namespace cutrain::cuda::kernels {
+
+// ---------------------------------------------------------------------------------------------
+// Compiling (no GPU needed)
+
+namespace detail {
+inline void nvrtc_check(nvrtcResult st, std::string_view op, std::string_view what) {
+  if (st != NVRTC_SUCCESS) throw NvrtcError(op, cutrain::detail::cat(what, " failed: ", nvrtcGetErrorString(st)));
+}
+
+// Owns one nvrtcProgram.
+class NvrtcProgram {
+ public:
+  NvrtcProgram(const std::string& source, const std::string& name) {
+    nvrtc_check(nvrtcCreateProgram(&prog_, source.c_str(), name.c_str(), 0, nullptr, nullptr), "nvrtc",
+                "nvrtcCreateProgram of " + name);
+  }
+  ~NvrtcProgram() {
+    if (prog_) nvrtcDestroyProgram(&prog_);
+  }
+  NvrtcProgram(const NvrtcProgram&) = delete;
+  NvrtcProgram& operator=(const NvrtcProgram&) = delete;
+
+  nvrtcProgram get() const { return prog_; }
+  std::string log() const {
+    std::size_t size = 0;
+    if (nvrtcGetProgramLogSize(prog_, &size) != NVRTC_SUCCESS || size == 0) return {};
+    std::string log(size, '\0');
+    if (nvrtcGetProgramLog(prog_, log.data()) != NVRTC_SUCCESS) return {};
+    while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+    return log;
+  }
+
+ private:
+  nvrtcProgram prog_ = nullptr;
+};
+
+// FNV-1a, 64 bits: a hash that is the same in every run and build (std::hash need not be).
+inline std::uint64_t fnv1a(std::string_view bytes, std::uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+inline std::string hex16(std::uint64_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = digits[v & 0xf];
+  return s;
+}
+}  // namespace detail
+
+// NVRTC's version, e.g. "13.0".
+inline std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  detail::nvrtc_check(nvrtcVersion(&major, &minor), "nvrtc", "nvrtcVersion");
+  return cutrain::detail::cat(major, ".", minor);
+}
+
+// The GPU architectures this NVRTC compiles for (75, 80, 90, ...), ascending.
+inline std::vector<int> nvrtc_supported_archs() {
+  int n = 0;
+  detail::nvrtc_check(nvrtcGetNumSupportedArchs(&n), "nvrtc", "nvrtcGetNumSupportedArchs");
+  std::vector<int> archs(static_cast<std::size_t>(n));
+  if (n > 0) detail::nvrtc_check(nvrtcGetSupportedArchs(archs.data()), "nvrtc", "nvrtcGetSupportedArchs");
+  std::sort(archs.begin(), archs.end());
+  return archs;
+}
+
+// What a kernel is compiled to: CUBIN for a real architecture ("sm_90"), or PTX for a virtual
+// one ("compute_90"), which the driver compiles when it loads it.
+struct Target {
+  std::string gpu_architecture;
+  bool cubin = true;
+};
+
+// The target for a GPU of compute capability arch (major * 10 + minor): CUBIN for sm_<arch> when
+// this NVRTC knows the architecture, else PTX for the newest one it knows below it (a GPU newer
+// than the toolkit).
+inline Target target_for(int arch) {
+  const auto known = nvrtc_supported_archs();
+  if (std::find(known.begin(), known.end(), arch) != known.end()) return {cutrain::detail::cat("sm_", arch), true};
+  int best = 0;
+  for (int a : known)
+    if (a <= arch) best = a;
+  CUTRAIN_REQUIRE(best > 0, NvrtcError, "nvrtc", "the GPU (sm_", arch, ") is older than every architecture NVRTC ",
+                  nvrtc_version(), " compiles for");
+  return {cutrain::detail::cat("compute_", best), false};
+}
+
+// The options of every compile. No --use_fast_math: division, sqrt, exp and log stay precise and
+// denormals are kept (NVRTC's defaults).
+inline std::vector<std::string> nvrtc_options(const Target& t) {
+  return {"--gpu-architecture=" + t.gpu_architecture, "-std=c++17"};
+}
+
+// A compiled image (CUBIN, or PTX with its terminating NUL) and NVRTC's log (warnings).
+struct Compiled {
+  std::vector<char> image;
+  std::string log;
+};
+
+// Compiles one CUDA C++ source for a target; throws NvrtcError with NVRTC's log when it fails.
+inline Compiled compile(std::string_view source, const Target& target, std::string_view name = "cutrain_kernel.cu") {
+  const std::string op = cutrain::detail::cat("nvrtc ", name);
+  detail::NvrtcProgram prog{std::string(source), std::string(name)};
+  const auto options = nvrtc_options(target);
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  const nvrtcResult st = nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
+  Compiled out;
+  out.log = prog.log();
+  if (st != NVRTC_SUCCESS)
+    throw NvrtcError(op, cutrain::detail::cat("compiling for ", target.gpu_architecture, " failed: ",
+                                              nvrtcGetErrorString(st), "\n", out.log));
+  std::size_t size = 0;
+  if (target.cubin) {
+    detail::nvrtc_check(nvrtcGetCUBINSize(prog.get(), &size), op, "nvrtcGetCUBINSize");
+    out.image.resize(size);
+    detail::nvrtc_check(nvrtcGetCUBIN(prog.get(), out.image.data()), op, "nvrtcGetCUBIN");
+  } else {
+    detail::nvrtc_check(nvrtcGetPTXSize(prog.get(), &size), op, "nvrtcGetPTXSize");
+    out.image.resize(size);
+    detail::nvrtc_check(nvrtcGetPTX(prog.get(), out.image.data()), op, "nvrtcGetPTX");
+  }
+  return out;
+}
+
+// PTX for compute_<arch>, with no GPU and no CUDA runtime or driver involved.
+inline std::string compile_ptx_for(std::string_view source, int arch, std::string_view name = "cutrain_kernel.cu") {
+  const Compiled c = compile(source, {cutrain::detail::cat("compute_", arch), false}, name);
+  return std::string(c.image.data(), strnlen(c.image.data(), c.image.size()));
+}
+
+// CUBIN for sm_<arch> (runs ptxas too), with no GPU.
+inline std::vector<char> compile_cubin_for(std::string_view source, int arch, std::string_view name = "cutrain_kernel.cu") {
+  return compile(source, {cutrain::detail::cat("sm_", arch), true}, name).image;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The disk cache (no GPU needed)
+
+// Where compiled kernels are cached: $CUTRAIN_KERNEL_CACHE, else $XDG_CACHE_HOME/cutrain/kernels,
+// else ~/.cache/cutrain/kernels; empty (no disk cache) when none of them is set.
+inline std::filesystem::path kernel_cache_dir() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  if (auto d = env("CUTRAIN_KERNEL_CACHE"); !d.empty()) return d;
+  if (auto d = env("XDG_CACHE_HOME"); !d.empty()) return std::filesystem::path(d) / "cutrain" / "kernels";
+  if (auto d = env("HOME"); !d.empty()) return std::filesystem::path(d) / ".cache" / "cutrain" / "kernels";
+  return {};
+}
+
+// The cache key: a hash of the source, NVRTC's version, the target and the options.
+inline std::string cache_key(const Program& p, const Target& t) {
+  std::string k = p.source;
+  k += '\0';
+  k += nvrtc_version();
+  k += '\0';
+  k += t.gpu_architecture;
+  for (const auto& o : nvrtc_options(t)) {
+    k += '\0';
+    k += o;
+  }
+  return detail::hex16(detail::fnv1a(k));
+}
+
+// The cache file of a program for a target; empty when there is no cache directory.
+inline std::filesystem::path cache_file(const Program& p, const Target& t) {
+  const auto dir = kernel_cache_dir();
+  if (dir.empty()) return {};
+  std::string name = p.name;
+  for (char& c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) c = '_';
+  return dir / (name + "-" + t.gpu_architecture + "-" + cache_key(p, t) + (t.cubin ? ".cubin" : ".ptx"));
+}
+
+// Counters that tests and curious users read; they never affect behaviour.
+struct KernelStats {
+  std::atomic<std::uint64_t> compiles{0};      // NVRTC compilations
+  std::atomic<std::uint64_t> disk_hits{0};     // images read from a valid cache file
+  std::atomic<std::uint64_t> disk_rejects{0};  // cache files ignored: corrupt, unreadable or refused by the driver
+  std::atomic<std::uint64_t> module_loads{0};  // modules loaded into a device's context
+  std::atomic<std::uint64_t> memory_hits{0};   // lookups served by the loaded-module map
+};
+inline KernelStats& stats() {
+  static KernelStats s;
+  return s;
+}
+
+namespace detail {
+// A cache file is this magic, the payload's size and FNV-1a hash (8 bytes each, native byte
+// order: the cache is per machine), then the payload. Anything else is ignored.
+inline constexpr std::string_view cache_magic = "cutrain kernel cache v1\n";
+inline constexpr std::size_t cache_header_size = cache_magic.size() + 16;
+
+// The payload of a valid cache file; nothing when it is missing, unreadable or corrupt.
+inline std::optional<std::vector<char>> read_cache_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  std::string bytes;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) return std::nullopt;
+  } catch (const std::exception&) {  // libstdc++ throws from a read that fails underneath
+    return std::nullopt;
+  }
+  if (bytes.size() < cache_header_size || bytes.compare(0, cache_magic.size(), cache_magic) != 0) return std::nullopt;
+  std::uint64_t size = 0, hash = 0;
+  std::memcpy(&size, bytes.data() + cache_magic.size(), 8);
+  std::memcpy(&hash, bytes.data() + cache_magic.size() + 8, 8);
+  const std::string_view payload = std::string_view(bytes).substr(cache_header_size);
+  if (size != payload.size() || size == 0 || fnv1a(payload) != hash) return std::nullopt;
+  return std::vector<char>(payload.begin(), payload.end());
+}
+
+// Writes a cache file atomically (a temporary file renamed over the target), so a reader never
+// sees half a file. Returns false, and leaves no temporary behind, when it cannot.
+inline bool write_cache_file(const std::filesystem::path& path, const std::vector<char>& payload) {
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) return false;
+  static std::atomic<std::uint64_t> counter{0};
+  const std::filesystem::path tmp =
+      path.string() + cutrain::detail::cat(".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    const std::uint64_t size = payload.size();
+    const std::uint64_t hash = fnv1a(std::string_view(payload.data(), payload.size()));
+    out.write(cache_magic.data(), static_cast<std::streamsize>(cache_magic.size()));
+    out.write(reinterpret_cast<const char*>(&size), 8);
+    out.write(reinterpret_cast<const char*>(&hash), 8);
+    out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
+    out.close();
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return false;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    return false;
+  }
+  return true;
+}
+}  // namespace detail
+
+// A program compiled for a GPU architecture, and where it came from.
+struct Image {
+  std::vector<char> bytes;
+  Target target;
+  bool from_disk = false;
+  std::filesystem::path file;  // its cache file (empty: no disk cache)
+};
+
+// The image of a program for a GPU of compute capability arch: read from the disk cache when a
+// valid file is there (and use_cache_file), else compiled with NVRTC and written to the cache.
+// A cache that cannot be read or written is skipped, never fatal.
+inline Image image_for(const Program& p, int arch, bool use_cache_file = true) {
+  Image img;
+  img.target = target_for(arch);
+  img.file = cache_file(p, img.target);
+  if (use_cache_file && !img.file.empty()) {
+    if (auto bytes = detail::read_cache_file(img.file)) {
+      img.bytes = std::move(*bytes);
+      img.from_disk = true;
+      ++stats().disk_hits;
+      return img;
+    }
+    std::error_code ec;
+    if (std::filesystem::exists(img.file, ec)) ++stats().disk_rejects;
+  }
+  img.bytes = compile(p.source, img.target, p.name + ".cu").image;
+  ++stats().compiles;
+  if (!img.file.empty()) detail::write_cache_file(img.file, img.bytes);
+  return img;
+}
+
+#ifdef CUTRAIN_WITH_CUDA
+// ---------------------------------------------------------------------------------------------
+// Loading and launching (needs a GPU)
+
+namespace detail {
+inline void driver_check(CUresult st, std::string_view op, std::string_view what) {
+  if (st == CUDA_SUCCESS) return;
+  const char* name = nullptr;
+  const char* text = nullptr;
+  cuGetErrorName(st, &name);
+  cuGetErrorString(st, &text);
+  throw CudaError(op, cutrain::detail::cat(what, " failed: ", name ? name : "CUresult ", name ? "" : std::to_string(st),
+                                           " (", text ? text : "unknown error", ")"));
+}
+
+// The compute capability of a device as major * 10 + minor (90 for an H100 or H200).
+inline int device_arch(int device) {
+  int major = 0, minor = 0;
+  cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cuda::kernels",
+              "cudaDeviceGetAttribute(compute capability major)");
+  cuda::check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cuda::kernels",
+              "cudaDeviceGetAttribute(compute capability minor)");
+  return major * 10 + minor;
+}
+
+// A loaded module and the kernels looked up in it so far.
+struct LoadedModule {
+  CUmodule module = nullptr;
+  std::map<std::string, CUfunction, std::less<>> functions;
+};
+
+// The loaded modules of every device, keyed by (device, program name). Process-wide, since a
+// module belongs to the device's primary context, which all threads share. Never destroyed:
+// unloading at exit could run after the driver has shut down.
+struct ModuleRegistry {
+  std::mutex mutex;
+  std::map<std::pair<int, std::string>, LoadedModule> modules;
+};
+inline ModuleRegistry& registry() {
+  static auto* r = new ModuleRegistry();
+  return *r;
+}
+
+// Compiles (or reads from the disk cache) and loads a program into the current context. A cache
+// file that the driver refuses is ignored: the program is compiled afresh.
+inline CUmodule load_module(int device, const Program& p) {
+  const int arch = device_arch(device);
+  Image img = image_for(p, arch);
+  CUmodule module = nullptr;
+  CUresult st = cuModuleLoadData(&module, img.bytes.data());
+  if (st != CUDA_SUCCESS && img.from_disk) {
+    ++stats().disk_rejects;
+    img = image_for(p, arch, false);
+    st = cuModuleLoadData(&module, img.bytes.data());
+  }
+  driver_check(st, "cuda::kernels",
+               cutrain::detail::cat("cuModuleLoadData of ", p.name, " (", img.target.gpu_architecture, ") on cuda:", device));
+  ++stats().module_loads;
+  return module;
+}
+}  // namespace detail
+
+// Makes a device current for a scope, with its primary context (the one the runtime uses)
+// current on this thread, as cuModuleLoadData and cuLaunchKernel need.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) : guard_(device) {
+    CUcontext ctx = nullptr;
+    if (cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr)
+      cuda::check(cudaFree(nullptr), "cuda::kernels", "cudaFree(0) to create the primary context");
+  }
+
+ private:
+  cutrain::detail::DeviceGuard guard_;
+};
+
+// The kernel `kernel` of program p on `device`, which a DeviceScope has made current: compiled,
+// cached and loaded at the first call, a map lookup afterwards.
+inline CUfunction function(int device, const Program& p, std::string_view kernel) {
+  auto& reg = detail::registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  const auto key = std::make_pair(device, p.name);
+  auto it = reg.modules.find(key);
+  if (it == reg.modules.end()) {
+    detail::LoadedModule loaded;
+    loaded.module = detail::load_module(device, p);
+    it = reg.modules.emplace(key, std::move(loaded)).first;
+  } else {
+    ++stats().memory_hits;
+  }
+  detail::LoadedModule& m = it->second;
+  auto f = m.functions.find(kernel);
+  if (f == m.functions.end()) {
+    CUfunction fn = nullptr;
+    const std::string name(kernel);
+    detail::driver_check(cuModuleGetFunction(&fn, m.module, name.c_str()), "cuda::kernels",
+                         cutrain::detail::cat("cuModuleGetFunction(", name, ") in ", p.name));
+    f = m.functions.emplace(name, fn).first;
+  }
+  return f->second;
+}
+
+// Launches a kernel on cuda::current_stream(). The arguments go in the kernel's parameter order
+// and each must have the parameter's exact type (pointers, int, long long, float, double).
+template <class... Args>
+void launch(CUfunction f, dim3 grid, dim3 block, std::string_view op, const Args&... args) {
+  static_assert(((std::is_pointer_v<Args> || (std::is_arithmetic_v<Args> && sizeof(Args) >= 4)) && ...),
+                "kernel arguments are pointers or 4- and 8-byte numbers");
+  void* params[] = {const_cast<void*>(static_cast<const void*>(&args))...};
+  detail::driver_check(cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, 0, current_stream(), params,
+                                      nullptr),
+                       op, "cuLaunchKernel");
+}
+
+// Blocks of `threads` for a grid-stride loop over n > 0 elements.
+inline unsigned grid_for(std::int64_t n, unsigned threads = 256) {
+  return static_cast<unsigned>(std::min<std::int64_t>((n + threads - 1) / threads, 65536));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers of the kernel wrappers
+
+namespace detail {
+// t contiguous in layout l (row_major, nchw or nhwc): a view when it already is, else a copy on
+// t's device (through the host today, see Tensor::contiguous).
+template <class T>
+Tensor<T> staged(const Tensor<T>& t, Layout l) {
+  return t.layout() == l ? t.view() : t.contiguous(l);
+}
+
+// An input: defined and on a CUDA device.
+template <class T>
+void require_cuda_input(std::string_view op, const Tensor<T>& t, std::string_view name) {
+  CUTRAIN_REQUIRE(t.defined(), InvalidArgument, op, name, " is an empty (undefined) tensor");
+  CUTRAIN_REQUIRE(t.device().is_cuda(), DeviceError, op, name, " must be on a CUDA device, got ", t.describe());
+}
+
+// An output: the given shape, on the given device, contiguous (row-major, nchw or nhwc).
+template <class T>
+void require_output(std::string_view op, const Tensor<T>& t, const Shape& shape, Device device, std::string_view name) {
+  CUTRAIN_REQUIRE(t.defined() && t.shape() == shape, InvalidArgument, op, name, " must have shape ", shape, ", got ",
+                  t.defined() ? t.describe() : std::string("an undefined tensor"));
+  CUTRAIN_REQUIRE(t.device() == device, DeviceError, op, name, " must be on ", device, ", got ", t.describe());
+  CUTRAIN_REQUIRE(t.is_contiguous(), InvalidArgument, op, name, " must be contiguous (row-major, nchw or nhwc), got ",
+                  t.describe());
+}
+}  // namespace detail
+#endif  // CUTRAIN_WITH_CUDA
+
+}  // namespace cutrain::cuda::kernels

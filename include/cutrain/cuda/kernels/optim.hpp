@@ -1,0 +1,122 @@
+// Optimizer updates on the GPU (NVRTC kernels), in place on f32 master weights and f32 state,
+// with f32, bf16 or f16 gradients; the same rules as PyTorch's SGD and AdamW, computed in f32.
+// The optim/ layer drives them; these are the per-tensor steps.
+#pragma once
+
+#ifndef CUTRAIN_WITH_CUDA
+#error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
+#endif
+
+#include <cmath>
+#include <cstdint>
+
+#include "cutrain/cuda/gpu_float.hpp"
+#include "cutrain/cuda/kernels/nvrtc.hpp"
+
+namespace cutrain::cuda::kernels {
+
+// g = grad + weight_decay * w; with momentum, buf = momentum * buf + (1 - dampening) * g (buf = g
+// on the first step) and g = buf, or g + momentum * buf with nesterov; then w -= lr * g.
+struct SgdParams {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool first_step = false;  // the momentum buffer has never been written: it is set to g
+};
+
+// w *= 1 - lr * weight_decay; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+// w -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps).
+struct AdamWParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  std::int64_t step = 1;  // this update's number, from 1
+};
+
+namespace detail {
+template <GpuFloat G>
+const Program& optim_program() {
+  static const Program p = programs::optim(device_type<G>);
+  return p;
+}
+
+// w contiguous on a CUDA device; grad of w's shape on its device (staged to w's layout when it
+// differs); each state tensor w's shape, device and layout, since it is updated in place.
+template <GpuFloat G>
+Tensor<G> optim_check(std::string_view op, const Tensor<float>& w, const Tensor<G>& grad,
+                      std::initializer_list<std::pair<const Tensor<float>*, std::string_view>> state) {
+  require_cuda_input(op, w, "w");
+  require_output(op, w, w.shape(), w.device(), "w");
+  require_cuda_input(op, grad, "grad");
+  CUTRAIN_REQUIRE(grad.shape() == w.shape() && grad.device() == w.device(), InvalidArgument, op, "grad ",
+                  grad.describe(), " must have the shape and device of w ", w.describe());
+  for (const auto& [t, name] : state) {
+    require_output(op, *t, w.shape(), w.device(), name);
+    CUTRAIN_REQUIRE(t->layout() == w.layout(), InvalidArgument, op, name, " ", t->describe(), " must be laid out like w ",
+                    w.describe());
+  }
+  return staged(grad, w.layout());
+}
+
+inline void require_finite(std::string_view op, double v, std::string_view name, bool non_negative = true) {
+  CUTRAIN_REQUIRE(std::isfinite(v) && (!non_negative || v >= 0), InvalidArgument, op, name,
+                  non_negative ? " must be finite and non-negative, got " : " must be finite, got ", v);
+}
+}  // namespace detail
+
+// One SGD step on w (f32, in place) with grad; momentum_buffer (f32, w's layout) is read and
+// written when p.momentum != 0 and may be undefined otherwise.
+template <GpuFloat G>
+void sgd_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& momentum_buffer, const SgdParams& p) {
+  constexpr std::string_view op = "cuda::kernels::sgd_step";
+  detail::require_finite(op, p.lr, "lr");
+  detail::require_finite(op, p.momentum, "momentum");
+  detail::require_finite(op, p.dampening, "dampening");
+  detail::require_finite(op, p.weight_decay, "weight_decay");
+  CUTRAIN_REQUIRE(!p.nesterov || (p.momentum > 0 && p.dampening == 0), InvalidArgument, op,
+                  "nesterov needs momentum > 0 and dampening == 0, got momentum ", p.momentum, ", dampening ", p.dampening);
+  const bool with_momentum = p.momentum != 0;
+  const Tensor<G> gs = with_momentum ? detail::optim_check(op, w, grad, {{&momentum_buffer, "momentum_buffer"}})
+                                     : detail::optim_check(op, w, grad, {});
+  const long long n = w.numel();
+  if (n == 0) return;
+  float* buf = with_momentum ? momentum_buffer.data() : nullptr;
+  const float lr = static_cast<float>(p.lr), momentum = static_cast<float>(p.momentum);
+  const float dampening = static_cast<float>(p.dampening), weight_decay = static_cast<float>(p.weight_decay);
+  const int nesterov = p.nesterov ? 1 : 0, first_step = p.first_step ? 1 : 0;
+  const int dev = w.device().index;
+  DeviceScope scope(dev);
+  launch(function(dev, detail::optim_program<G>(), "cutrain_sgd_step"), grid_for(n), 256, op, w.data(), gs.data(), buf,
+         n, lr, momentum, dampening, weight_decay, nesterov, first_step);
+}
+
+// One AdamW step on w (f32, in place) with grad; m and v (f32, w's layout) are the first and
+// second moment estimates, zero before the first step.
+template <GpuFloat G>
+void adamw_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& m, Tensor<float>& v, const AdamWParams& p) {
+  constexpr std::string_view op = "cuda::kernels::adamw_step";
+  detail::require_finite(op, p.lr, "lr");
+  detail::require_finite(op, p.eps, "eps");
+  detail::require_finite(op, p.weight_decay, "weight_decay");
+  CUTRAIN_REQUIRE(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1, InvalidArgument, op,
+                  "beta1 and beta2 must be in [0, 1), got ", p.beta1, " and ", p.beta2);
+  CUTRAIN_REQUIRE(p.step >= 1, InvalidArgument, op, "step counts from 1, got ", p.step);
+  const Tensor<G> gs = detail::optim_check(op, w, grad, {{&m, "m"}, {&v, "v"}});
+  const long long n = w.numel();
+  if (n == 0) return;
+  const double t = static_cast<double>(p.step);
+  const float step_size = static_cast<float>(p.lr / (1.0 - std::pow(p.beta1, t)));
+  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, t)));
+  const float lr = static_cast<float>(p.lr), beta1 = static_cast<float>(p.beta1), beta2 = static_cast<float>(p.beta2);
+  const float eps = static_cast<float>(p.eps), weight_decay = static_cast<float>(p.weight_decay);
+  const int dev = w.device().index;
+  DeviceScope scope(dev);
+  launch(function(dev, detail::optim_program<G>(), "cutrain_adamw_step"), grid_for(n), 256, op, w.data(), gs.data(),
+         m.data(), v.data(), n, lr, beta1, beta2, eps, weight_decay, step_size, bias_correction2_sqrt);
+}
+
+}  // namespace cutrain::cuda::kernels

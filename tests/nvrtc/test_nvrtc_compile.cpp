@@ -1,0 +1,224 @@
+// Compiles every kernel source of the CUDA backend, in every dtype instantiation, with NVRTC for
+// sm_90, and checks the NVRTC disk cache's file logic. No GPU needed: nothing here touches the
+// CUDA runtime or driver, so this runs in CI.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/sources.hpp"
+
+using namespace cutrain;
+using namespace cutrain::cuda::kernels;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Sets an environment variable for a scope and restores it afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A fresh empty directory under the system's temp directory.
+fs::path fresh_dir(const std::string& tag) {
+  std::string tmpl = (fs::temp_directory_path() / ("cutrain_" + tag + "_XXXXXX")).string();
+  REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+  return tmpl;
+}
+
+std::size_t count_files(const fs::path& dir) {
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("every kernel program compiles with NVRTC for sm_90, without warnings") {
+  std::printf("NVRTC %s\n", nvrtc_version().c_str());
+  const auto programs = all_programs();
+  for (const Program& p : programs) {
+    INFO("program " << p.name);
+    Compiled cubin;
+    try {
+      cubin = compile(p.source, {"sm_90", true}, p.name + ".cu");
+    } catch (const NvrtcError& e) {
+      FAIL("NVRTC could not compile " << p.name << ":\n" << e.what());
+    }
+    CHECK(!cubin.image.empty());
+    INFO("NVRTC log: " << cubin.log);
+    CHECK(cubin.log.find("warning") == std::string::npos);
+
+    // The PTX names every kernel the host side looks up (extern "C": unmangled).
+    const std::string ptx = compile_ptx_for(p.source, 90, p.name + ".cu");
+    REQUIRE(!p.kernels.empty());
+    for (const auto& k : p.kernels) {
+      INFO("kernel " << k);
+      CHECK(ptx.find(".entry " + k + "(") != std::string::npos);
+    }
+    std::printf("nvrtc sm_90 %-36s ok (%zu bytes of CUBIN)\n", p.name.c_str(), cubin.image.size());
+  }
+}
+
+TEST_CASE("the kernel programs cover every dtype instantiation once") {
+  const auto programs = all_programs();
+  // elementwise, dropout, cross_entropy, bias_grad, optim per dtype, and a cast per dtype pair.
+  CHECK(programs.size() == 3 * 5 + 3 * 3);
+  std::set<std::string> names;
+  for (const auto& p : programs) names.insert(p.name);
+  CHECK(names.size() == programs.size());
+  CHECK(names.count("cast_cutrain_bf16_cutrain_f16") == 1);
+  CHECK(names.count("optim_cutrain_f16") == 1);
+  CHECK(device_type<float> == "float");
+  CHECK(device_type<bfloat16> == "cutrain_bf16");
+  CHECK(device_type<half> == "cutrain_f16");
+}
+
+TEST_CASE("a kernel that does not compile throws NvrtcError with NVRTC's log") {
+  const std::string bad = "extern \"C\" __global__ void broken(float* p) { p[0] = undefined_name; }";
+  try {
+    compile_ptx_for(bad, 90, "broken.cu");
+    FAIL("compiled a broken kernel");
+  } catch (const NvrtcError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("undefined_name") != std::string::npos);  // the log is in the message
+    CHECK(what.find("broken.cu") != std::string::npos);
+  }
+}
+
+TEST_CASE("NVRTC targets: CUBIN for a known architecture, PTX for a newer GPU") {
+  const Target t90 = target_for(90);
+  CHECK(t90.gpu_architecture == "sm_90");
+  CHECK(t90.cubin);
+  const auto known = nvrtc_supported_archs();
+  REQUIRE(!known.empty());
+  const Target future = target_for(known.back() + 1);  // a GPU newer than this NVRTC
+  CHECK(future.gpu_architecture == "compute_" + std::to_string(known.back()));
+  CHECK_FALSE(future.cubin);
+  CHECK_THROWS_AS(target_for(10), NvrtcError);
+  CHECK(nvrtc_options(t90) == std::vector<std::string>{"--gpu-architecture=sm_90", "-std=c++17"});
+}
+
+TEST_CASE("the kernel cache directory follows CUTRAIN_KERNEL_CACHE, XDG_CACHE_HOME, HOME") {
+  ScopedEnv home("HOME", "/home/someone");
+  {
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    {
+      ScopedEnv own("CUTRAIN_KERNEL_CACHE", "/own/cache");
+      CHECK(kernel_cache_dir() == fs::path("/own/cache"));
+    }
+    ScopedEnv own_empty("CUTRAIN_KERNEL_CACHE", "");
+    CHECK(kernel_cache_dir() == fs::path("/xdg/cutrain/kernels"));
+  }
+  ScopedEnv xdg_empty("XDG_CACHE_HOME", "");
+  ScopedEnv own_empty("CUTRAIN_KERNEL_CACHE", "");
+  CHECK(kernel_cache_dir() == fs::path("/home/someone/.cache/cutrain/kernels"));
+}
+
+TEST_CASE("the cache key changes with the source and the target") {
+  const Program a = programs::elementwise("float");
+  const Program b = programs::elementwise("cutrain_bf16");
+  const Target t90{"sm_90", true}, t80{"sm_80", true};
+  CHECK(cache_key(a, t90) == cache_key(a, t90));
+  CHECK(cache_key(a, t90) != cache_key(b, t90));
+  CHECK(cache_key(a, t90) != cache_key(a, t80));
+  CHECK(cache_key(a, t90).size() == 16);
+}
+
+TEST_CASE("the disk cache: written atomically after a compile, read back, corrupt files ignored") {
+  const fs::path dir = fresh_dir("kernel_cache") / "nested" / "kernels";  // created on first write
+  ScopedEnv env("CUTRAIN_KERNEL_CACHE", dir.string());
+  // A program no other test compiles, so the counters below are this test's own.
+  Program p = programs::cast("float", "cutrain_bf16");
+  p.name = "cache_test_" + std::to_string(::getpid());
+  p.source += "\n// " + p.name + "\n";
+  auto& s = stats();
+
+  const auto compiles0 = s.compiles.load();
+  const Image first = image_for(p, 90);
+  CHECK(s.compiles.load() == compiles0 + 1);
+  CHECK_FALSE(first.from_disk);
+  CHECK(first.target.cubin);
+  REQUIRE(fs::exists(first.file));
+  CHECK(first.file.parent_path() == dir);
+  CHECK(first.file.filename().string().find(p.name + "-sm_90-") == 0);
+  CHECK(count_files(dir) == 1);  // no temporary file left behind
+
+  const auto hits0 = s.disk_hits.load();
+  const Image second = image_for(p, 90);
+  CHECK(second.from_disk);
+  CHECK(second.bytes == first.bytes);
+  CHECK(s.disk_hits.load() == hits0 + 1);
+  CHECK(s.compiles.load() == compiles0 + 1);
+
+  SECTION("a corrupt file is ignored and replaced") {
+    { std::ofstream(first.file, std::ios::binary | std::ios::trunc) << "not a cubin"; }
+    const auto rejects0 = s.disk_rejects.load();
+    const Image again = image_for(p, 90);
+    CHECK_FALSE(again.from_disk);
+    CHECK(again.bytes == first.bytes);
+    CHECK(s.disk_rejects.load() == rejects0 + 1);
+    CHECK(image_for(p, 90).from_disk);  // rewritten valid
+  }
+  SECTION("a truncated file is ignored") {
+    const auto size = fs::file_size(first.file);
+    fs::resize_file(first.file, size / 2);
+    const Image again = image_for(p, 90);
+    CHECK_FALSE(again.from_disk);
+    CHECK(again.bytes == first.bytes);
+  }
+  SECTION("a flipped payload byte is ignored") {
+    {
+      std::fstream f(first.file, std::ios::binary | std::ios::in | std::ios::out);
+      f.seekp(-1, std::ios::end);
+      f.put('\x5a' ^ first.bytes.back());
+    }
+    CHECK_FALSE(image_for(p, 90).from_disk);
+  }
+  SECTION("an unreadable cache entry (a directory) is ignored") {
+    fs::remove(first.file);
+    fs::create_directory(first.file);
+    const Image again = image_for(p, 90);
+    CHECK_FALSE(again.from_disk);
+    CHECK(again.bytes == first.bytes);
+    fs::remove(first.file);
+  }
+  SECTION("use_cache_file = false compiles afresh") {
+    CHECK_FALSE(image_for(p, 90, false).from_disk);
+  }
+  fs::remove_all(dir.parent_path().parent_path());
+}
+
+TEST_CASE("a cache directory that cannot be created is skipped, not fatal") {
+  const fs::path base = fresh_dir("kernel_cache_file");
+  const fs::path blocker = base / "a_file";
+  { std::ofstream(blocker) << "x"; }
+  ScopedEnv env("CUTRAIN_KERNEL_CACHE", (blocker / "kernels").string());  // below a regular file
+  Program p = programs::elementwise("float");
+  p.name = "cache_blocked_" + std::to_string(::getpid());
+  const Image img = image_for(p, 90);
+  CHECK_FALSE(img.from_disk);
+  CHECK(!img.bytes.empty());
+  CHECK_FALSE(fs::exists(img.file));
+  fs::remove_all(base);
+}
