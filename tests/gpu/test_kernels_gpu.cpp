@@ -473,7 +473,9 @@ void run_adamw(const kernels::AdamWParams& base, const Shape& s, Layout lw, Layo
   Rng rng(seed_of(tag));
   auto [w, w_ref] = random_pair<float>(s, rng, lw);
   std::vector<double> wv = w_ref.to_vector(), mv(wv.size(), 0.0), vv(wv.size(), 0.0);
-  Tensor<float> m(s, {.layout = lw, .device = Device::cuda(0)}), v(s, {.layout = lw, .device = Device::cuda(0)});
+  // AdamW starts from zero moments (device memory is not zeroed unless asked for)
+  auto m = Tensor<float>::zeros(s, {.layout = lw, .device = Device::cuda(0)});
+  auto v = Tensor<float>::zeros(s, {.layout = lw, .device = Device::cuda(0)});
   for (std::int64_t t = 1; t <= 3; ++t) {
     auto [g, g_ref] = random_pair<G>(s, rng, lg);
     auto p = base;

@@ -1,5 +1,6 @@
 // Raw memory on a device: the move-only owner of one allocation. With CUDA the bytes of a
-// cuda:N storage live in device memory; without it, asking for one throws DeviceError.
+// cuda:N storage live in device memory (not zeroed: outputs are written anyway); host memory is
+// zeroed. Without CUDA, asking for cuda memory throws DeviceError.
 #pragma once
 
 #include <cstddef>
@@ -100,6 +101,21 @@ class Storage {
   std::size_t bytes_ = 0;
   Device device_{};
 };
+
+// Sets bytes to zero on any device.
+inline void zero_bytes(void* dst, Device dev, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dev.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+#ifdef CUTRAIN_WITH_CUDA
+  detail::DeviceGuard g(dev.index);
+  detail::cuda_check(cudaMemset(dst, 0, bytes), "zero_bytes", detail::cat("cudaMemset of ", bytes, " bytes on ", dev));
+#else
+  detail::no_cuda("zero_bytes");
+#endif
+}
 
 // Copies bytes between any two devices (synchronously).
 inline void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, std::size_t bytes) {

@@ -90,7 +90,12 @@ class Tensor {
   Tensor& operator=(const Tensor&) = delete;
 
   // Factories. Host data is given in logical row-major order, whatever the layout.
-  static Tensor zeros(const Shape& shape, TensorOptions opts = {}) { return Tensor(shape, opts); }
+  // Tensor(shape, opts) leaves device memory uninitialized (host memory is zeroed); zeros() zeroes both.
+  static Tensor zeros(const Shape& shape, TensorOptions opts = {}) {
+    Tensor t(shape, opts);
+    if (!opts.device.is_cpu()) zero_bytes(t.data(), opts.device, static_cast<std::size_t>(t.numel()) * sizeof(T));
+    return t;
+  }
   static Tensor full(const Shape& shape, T value, TensorOptions opts = {}) {
     Tensor t(shape, opts);
     t.fill(value);
