@@ -396,3 +396,26 @@ TEST_CASE("conv2d_bias_activation_forward: equals activation(conv2d_forward) and
   CUTRAIN_REQUIRE_THROWS_OP(ops::conv2d_bias_activation_forward(x, w2, bad_bias, {}, Conv2dParams{}), InvalidArgument,
                             "conv2d_bias_activation_forward");
 }
+
+TEST_CASE("conv2d_backward_data_activation: equals activation_backward(conv2d_backward_data) and checks input") {
+  using namespace cutrain;
+  Rng rng(78);
+  for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+    auto act_x = cutrain::test::random({2, 4, 7, 6}, rng, layout);
+    auto w = cutrain::test::random({6, 4, 3, 3}, rng, layout);
+    const auto p = Conv2dParams::make(2, 1);
+    auto dy = cutrain::test::random(conv2d_output_shape(act_x.shape(), w.shape(), p), rng, layout);
+    for (Activation k : {Activation::relu, Activation::gelu_erf, Activation::silu}) {
+      auto fused = ops::conv2d_backward_data_activation(dy, w, act_x, {.kind = k}, p);
+      auto ref = ops::activation_backward(act_x, ops::conv2d_backward_data(dy, w, act_x.shape(), p), {.kind = k});
+      CHECK(fused.layout() == ref.layout());
+      const auto v = ref.to_vector();
+      cutrain::test::require_close(fused, std::vector<double>(v.begin(), v.end()));
+    }
+  }
+  auto act_x = Tensor<double>::zeros({1, 3, 5, 5});
+  auto w = Tensor<double>::zeros({2, 3, 3, 3});
+  auto bad_dy = Tensor<double>::zeros({1, 2, 4, 4});  // the output is [1,2,3,3]
+  CUTRAIN_REQUIRE_THROWS_OP(ops::conv2d_backward_data_activation(bad_dy, w, act_x, {}, Conv2dParams{}), InvalidArgument,
+                            "conv2d_backward_data_activation");
+}

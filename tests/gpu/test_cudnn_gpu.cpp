@@ -179,6 +179,23 @@ void run_fused(Layout layout) {
                     ops::conv2d_bias_activation_forward(xr, wr, br, {.kind = k}, c.p));
       });
       std::printf("%-40s ok (%s)\n", tag.c_str(), fused ? "fused" : "not fused: conv graph + activation graph");
+
+      // backward: dgrad with the activation's backward fused behind it
+      const std::string btag = cutrain::detail::cat("dgrad+", k, "_bwd ", c.name, " ", dtype_of<T>, " ", layout);
+      auto [dy, dyr] = random_pair<T>(conv2d_output_shape(c.x, c.w, c.p), rng, layout);
+      auto dx = poisoned<T>(c.x, layout);
+      bool bfused = true;
+      try {
+        cuda::cudnn::conv2d_backward_data(dy, w, c.p, dx, {.kind = k}, x);
+      } catch (const CudnnError&) {
+        bfused = false;
+      }
+      const auto ref = ops::conv2d_backward_data_activation(dyr, wr, xr, {.kind = k}, c.p);
+      if (bfused) check_close(btag, dx, ref);
+      attempt(btag + " via ops", [&] {
+        check_close(btag + " via ops", ops::conv2d_backward_data_activation(dy, w, x, {.kind = k}, c.p), ref);
+      });
+      std::printf("%-40s ok (%s)\n", btag.c_str(), bfused ? "fused" : "not fused: dgrad graph + activation graph");
     }
   }
 }

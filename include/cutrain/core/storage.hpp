@@ -15,6 +15,10 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 #endif
 
 namespace cutrain {
@@ -42,6 +46,95 @@ class DeviceGuard {
 };
 #endif
 
+#ifdef CUTRAIN_WITH_CUDA
+// The stream this thread's ops run on (cuda::current_stream() is the public name for it).
+inline cudaStream_t& thread_stream() {
+  thread_local cudaStream_t s = nullptr;
+  return s;
+}
+
+// A caching allocator for device memory, as in PyTorch: a freed block goes back to a free list
+// keyed by (device, stream, rounded size) and the next allocation of that size on that stream
+// takes it, so after warm-up the hot path makes no cudaMalloc or cudaFree (which would also
+// synchronize the device). Reuse on the same stream is safe because a stream runs in order;
+// blocks never move between streams. cuda::empty_cache() returns the cached blocks.
+class DeviceCache {
+ public:
+  static DeviceCache& instance() {
+    static DeviceCache* c = new DeviceCache;  // never destroyed: blocks may be freed during exit
+    return *c;
+  }
+
+  static std::size_t round(std::size_t bytes) {
+    const std::size_t unit = bytes < (std::size_t{1} << 20) ? 512 : (std::size_t{1} << 20);
+    return (bytes + unit - 1) / unit * unit;
+  }
+
+  void* allocate(std::size_t bytes, int device, cudaStream_t stream) {
+    {
+      std::lock_guard lock(mutex_);
+      auto& list = free_[Key{device, stream, bytes}];
+      if (!list.empty()) {
+        void* p = list.back();
+        list.pop_back();
+        cached_bytes_ -= bytes;
+        return p;
+      }
+    }
+    DeviceGuard g(device);
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      empty();  // out of memory: give back what is cached and try once more
+      cuda_check(cudaMalloc(&p, bytes), "Storage", cat("cudaMalloc of ", bytes, " bytes on cuda:", device));
+    }
+    return p;
+  }
+
+  void release(void* p, std::size_t bytes, int device, cudaStream_t stream) noexcept {
+    try {
+      std::lock_guard lock(mutex_);
+      free_[Key{device, stream, bytes}].push_back(p);
+      cached_bytes_ += bytes;
+    } catch (...) {
+      cudaFree(p);
+    }
+  }
+
+  void empty() {
+    std::lock_guard lock(mutex_);
+    for (auto& [key, list] : free_) {
+      DeviceGuard g(key.device);
+      for (void* p : list) cudaFree(p);
+      list.clear();
+    }
+    cached_bytes_ = 0;
+  }
+
+  std::size_t cached_bytes() {
+    std::lock_guard lock(mutex_);
+    return cached_bytes_;
+  }
+
+ private:
+  struct Key {
+    int device;
+    cudaStream_t stream;
+    std::size_t bytes;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const {
+      return std::hash<std::size_t>()(k.bytes) ^ (std::hash<const void*>()(k.stream) << 1) ^
+             (static_cast<std::size_t>(k.device) << 48);
+    }
+  };
+  std::mutex mutex_;
+  std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
+  std::size_t cached_bytes_ = 0;
+};
+#endif
+
 [[noreturn]] inline void no_cuda(std::string_view op) {
   throw DeviceError(op, "cutrain was not built with CUDA (define CUTRAIN_WITH_CUDA and link cutrain::cuda)");
 }
@@ -58,22 +151,19 @@ class Storage {
       return;
     }
 #ifdef CUTRAIN_WITH_CUDA
-    detail::DeviceGuard g(device.index);
-    detail::cuda_check(cudaMalloc(&ptr_, bytes), "Storage",
-                       detail::cat("cudaMalloc of ", bytes, " bytes on ", device));
+    stream_ = detail::thread_stream();
+    block_ = detail::DeviceCache::round(bytes);
+    ptr_ = detail::DeviceCache::instance().allocate(block_, device.index, stream_);
 #else
     detail::no_cuda("Storage");
 #endif
   }
   ~Storage() { release(); }
-  Storage(Storage&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), device_(o.device_) {}
+  Storage(Storage&& o) noexcept { take(o); }
   Storage& operator=(Storage&& o) noexcept {
     if (this != &o) {
       release();
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-      device_ = o.device_;
+      take(o);
     }
     return *this;
   }
@@ -85,13 +175,23 @@ class Storage {
   Device device() const { return device_; }
 
  private:
+  void take(Storage& o) noexcept {
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    device_ = o.device_;
+#ifdef CUTRAIN_WITH_CUDA
+    stream_ = o.stream_;
+    block_ = std::exchange(o.block_, 0);
+#endif
+  }
+
   void release() noexcept {
     if (!ptr_) return;
     if (device_.is_cpu()) {
       ::operator delete(ptr_, std::align_val_t{64});
     } else {
 #ifdef CUTRAIN_WITH_CUDA
-      cudaFree(ptr_);  // destructors never throw; a failure here has nowhere to go
+      detail::DeviceCache::instance().release(ptr_, block_, device_.index, stream_);
 #endif
     }
     ptr_ = nullptr;
@@ -100,6 +200,10 @@ class Storage {
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
   Device device_{};
+#ifdef CUTRAIN_WITH_CUDA
+  cudaStream_t stream_ = nullptr;  // the stream it was allocated for: it goes back to that stream's cache
+  std::size_t block_ = 0;          // the rounded size of the cached block
+#endif
 };
 
 // Sets bytes to zero on any device.

@@ -41,11 +41,67 @@ inline int device_count() {
 }
 inline bool available() { return device_count() > 0; }
 
-// The stream cutrain's ops run on in this thread (default: the legacy default stream).
-inline cudaStream_t& current_stream() {
-  thread_local cudaStream_t s = nullptr;
-  return s;
-}
+// The stream cutrain's ops run on in this thread (default: the legacy default stream). Set it
+// with a StreamGuard.
+inline cudaStream_t& current_stream() { return cutrain::detail::thread_stream(); }
+
+// Returns the device memory cached by cutrain's allocator to CUDA.
+inline void empty_cache() { cutrain::detail::DeviceCache::instance().empty(); }
+inline std::size_t cached_bytes() { return cutrain::detail::DeviceCache::instance().cached_bytes(); }
+
+// A CUDA stream, owned (created non-blocking, destroyed with it).
+class Stream {
+ public:
+  explicit Stream(int device = 0) {
+    cutrain::detail::DeviceGuard g(device);
+    check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cuda::Stream", "cudaStreamCreateWithFlags");
+  }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+  void synchronize() const { check(cudaStreamSynchronize(s_), "cuda::Stream", "cudaStreamSynchronize"); }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// Makes `s` this thread's current stream for a scope (and restores the previous one).
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t s) : prev_(current_stream()) { current_stream() = s; }
+  ~StreamGuard() { current_stream() = prev_; }
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  cudaStream_t prev_;
+};
+
+// A CUDA event with timing, recorded on a stream.
+class Event {
+ public:
+  Event() { check(cudaEventCreate(&e_), "cuda::Event", "cudaEventCreate"); }
+  ~Event() {
+    if (e_) cudaEventDestroy(e_);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(cudaStream_t s = current_stream()) { check(cudaEventRecord(e_, s), "cuda::Event", "cudaEventRecord"); }
+  void synchronize() const { check(cudaEventSynchronize(e_), "cuda::Event", "cudaEventSynchronize"); }
+  // Milliseconds from `start` to this event (both recorded, this one completed).
+  float elapsed_ms(const Event& start) const {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start.e_, e_), "cuda::Event", "cudaEventElapsedTime");
+    return ms;
+  }
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
 
 // Per-device, per-thread library handles, created at first use and bound to current_stream().
 struct Handles {

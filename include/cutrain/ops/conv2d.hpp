@@ -116,6 +116,38 @@ Tensor<T> conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Sh
   return {};
 }
 
+// d(act_x) = act'(act_x) * conv2d_backward_data(dy, w): the data gradient of a conv whose input
+// was act(act_x), through the activation. On the GPU one fused cuDNN graph (dgrad + activation
+// backward) where cuDNN has an engine, else the two graphs in turn; on the CPU the two ops.
+template <class T>
+Tensor<T> conv2d_backward_data_activation(const Tensor<T>& dy, const Tensor<T>& w, const Tensor<T>& act_x,
+                                          const ActivationParams& act, const Conv2dParams& p) {
+  constexpr std::string_view op = "conv2d_backward_data_activation";
+  check::rank(op, w, 4, "w");
+  check::rank(op, act_x, 4, "act_x");
+  detail::conv2d_check_dy(op, dy, act_x.shape(), w.shape(), p);
+  if (detail::on_cpu(op, dy, w, act_x)) {
+    if constexpr (CpuFloat<T>) return cpu::activation_backward(act_x, cpu::conv2d_backward_data(dy, w, act_x.shape(), p), act);
+    else detail::cpu_dtype_unsupported<T>(op);
+  }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::cudnn::GpuFloat<T>) {
+    Tensor<T> dx = detail::device_output<T>(act_x.shape(), dy);
+    try {
+      cuda::cudnn::conv2d_backward_data(dy, w, p, dx, act, act_x);
+    } catch (const CudnnError&) {
+      // No fused engine for this activation, dtype or layout: dgrad graph, then activation graph.
+      cuda::cudnn::conv2d_backward_data(dy, w, p, dx);
+      return activation_backward(act_x, dx, act);
+    }
+    return dx;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
+  return {};
+}
+
 template <class T>
 Tensor<T> conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Shape& w_shape,
                                  const Conv2dParams& p) {

@@ -79,14 +79,19 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
   else execute(bg, dev, {x.data(), w.data(), y.data()}, op, key);
 }
 
-// dx = conv_transpose(dy, w); dx must be allocated with x's shape.
+// dx = conv_transpose(dy, w); dx must be allocated with x's shape. With an activation, the
+// activation's backward is fused behind the dgrad: dx = act'(act_x) * conv_transpose(dy, w),
+// where act_x (x's shape) is the input of the activation whose output fed this conv.
 template <GpuFloat T>
-void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dParams& p, Tensor<T>& dx) {
+void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dParams& p, Tensor<T>& dx,
+                          const ActivationParams& act = {.kind = Activation::identity}, const Tensor<T>& act_x = {}) {
   constexpr std::string_view op = "conv2d_backward_data";
   const int dev = dy.device().index;
   const bool strict = detail::strict_f32<T>();
-  const std::string key = detail::conv_key<T>("dgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
-                          signature(" w", w.shape(), w.strides()) + signature(" dx", dx.shape(), dx.strides());
+  const bool fused = act.kind != Activation::identity;
+  std::string key = detail::conv_key<T>("dgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
+                    signature(" w", w.shape(), w.strides()) + signature(" dx", dx.shape(), dx.strides());
+  if (fused) key += " +" + detail::activation_key(act) + " bwd" + signature(" act_x", act_x.shape(), act_x.strides());
   BuiltGraph& bg = cached_graph(dev, key, [&] {
     auto g = detail::new_graph<T>();
     auto DY = tensor(*g, "dy", dy);
@@ -96,11 +101,21 @@ void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dP
                                        .set_post_padding(detail::post(p))
                                        .set_stride(detail::stride(p))
                                        .set_dilation(detail::dilation(p)));
+    BuiltGraph b{g, {DY, W}, 0};
+    if (fused) {
+      DX->set_dim(dx.shape().dims()).set_stride(dx.strides());
+      auto AX = tensor(*g, "act_x", act_x);
+      DX = g->pointwise(DX, AX, detail::activation_attributes(act, true));
+      b.tensors.push_back(AX);
+    }
     DX->set_output(true).set_dim(dx.shape().dims()).set_stride(dx.strides()).set_data_type(fe_type<T>::value);
+    b.tensors.push_back(DX);
     build(*g, handles(dev).cudnn, op, key, strict);
-    return BuiltGraph{g, {DY, W, DX}, g->get_workspace_size()};
+    b.workspace = g->get_workspace_size();
+    return b;
   });
-  execute(bg, dev, {dy.data(), w.data(), dx.data()}, op, key);
+  if (fused) execute(bg, dev, {dy.data(), w.data(), act_x.data(), dx.data()}, op, key);
+  else execute(bg, dev, {dy.data(), w.data(), dx.data()}, op, key);
 }
 
 // dw = correlation of x with dy; dw must be allocated with w's shape.
