@@ -4,7 +4,8 @@
 //    bench/conv_shapes.txt, in f32 NCHW (TF32 off), TF32 NCHW and bf16 NHWC;
 //  - conv + bias + relu fused, against conv alone, bf16 NHWC;
 //  - batch-norm training forward (alone and with relu after it), relu forward, on
-//    256x128x32x32 bf16 NHWC and f32 NCHW, in GB/s.
+//    256x128x32x32 bf16 NHWC and f32 NCHW, in GB/s;
+//  - max pool 2x2 forward and backward (NVRTC kernels) on the same shapes, in GB/s.
 // Timing as in ../shared/DESIGN.md: CUDA events around 10 back-to-back calls, median of 30 after
 // warm-up, same buffers.
 //   build/bench/bench_ops_gpu --benchmark_out=ops.json --benchmark_out_format=json
@@ -13,6 +14,7 @@
 #include <cutrain/cutrain.hpp>
 #include <cutrain/ops/activation.hpp>
 #include <cutrain/ops/batch_norm.hpp>
+#include <cutrain/cuda/kernels/pool2d.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -171,6 +173,34 @@ void run_elementwise(benchmark::State& state, Elementwise what, Layout layout) {
   state.counters["GB/s"] = 2.0 * static_cast<double>(shape.numel() * sizeof(T)) / (ms * 1e-3) / 1e9;
 }
 
+// Max pool 2x2 on 256x128x32x32. GB/s counts the bytes each direction must move: forward reads x
+// and writes y; backward reads x and dy and writes dx (it recomputes the argmax from x).
+template <class T>
+void run_maxpool(benchmark::State& state, Layout layout, bool backward) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  Rng rng(6);
+  const Device dev = Device::cuda(0);
+  const Shape shape{256, 128, 32, 32};
+  const Pool2dParams p = Pool2dParams::max(2);
+  const Shape ys = pool2d_output_shape(shape, p);
+  auto x = cast<T>(Tensor<float>::uniform(shape, rng, -1, 1, {.layout = layout})).to(dev);
+  auto dy = cast<T>(Tensor<float>::uniform(ys, rng, -1, 1, {.layout = layout})).to(dev);
+  Tensor<T> y(ys, {.layout = layout, .device = dev}), dx(shape, {.layout = layout, .device = dev});
+  double ms = 0;
+  for (auto _ : state) {
+    ms = backward ? median_ms([&] { cuda::kernels::pool2d_backward(x, dy, p, dx); })
+                  : median_ms([&] { cuda::kernels::pool2d_forward(x, p, y); });
+    state.SetIterationTime(ms / 1e3);
+  }
+  cuda::synchronize("bench_ops_gpu");
+  const std::int64_t elements = backward ? 2 * shape.numel() + ys.numel() : shape.numel() + ys.numel();
+  state.counters["median_ms"] = ms;
+  state.counters["GB/s"] = static_cast<double>(elements) * sizeof(T) / (ms * 1e-3) / 1e9;
+}
+
 const int registered = [] {
   static const auto shapes = load_shapes();
   for (const auto& s : shapes)
@@ -196,6 +226,15 @@ const int registered = [] {
         ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("fp32_nchw/") + name + "_256x128x32x32").c_str(),
                                  [what = what](benchmark::State& st) { run_elementwise<float>(st, what, Layout::nchw); })
+        ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  }
+  for (bool bwd : {false, true}) {
+    const std::string name = std::string(bwd ? "maxpool2_bwd" : "maxpool2_fwd") + "_256x128x32x32";
+    benchmark::RegisterBenchmark(("bf16_nhwc/" + name).c_str(),
+                                 [bwd](benchmark::State& st) { run_maxpool<bfloat16>(st, Layout::nhwc, bwd); })
+        ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("fp32_nchw/" + name).c_str(),
+                                 [bwd](benchmark::State& st) { run_maxpool<float>(st, Layout::nchw, bwd); })
         ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   }
   return 0;

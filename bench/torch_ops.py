@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch side of bench_ops_gpu: the same work (convs of bench/conv_shapes.txt, conv + bias + relu,
-batch norm training forward alone and with relu, relu; same dtypes and layouts) and timing (CUDA
-events around 10 back-to-back calls, median of 30 after warm-up, same buffers,
-torch.backends.cudnn.benchmark=True). With --cutrain JSON (Google Benchmark output of
-bench_ops_gpu) it prints cutrain/PyTorch per row (below 1 means cutrain is faster). The fused
-conv + bias + relu row compares with PyTorch's conv ALONE (the target: fusion costs nothing).
+batch norm training forward alone and with relu, relu, max pool 2x2 forward and backward; same
+dtypes and layouts) and timing (CUDA events around 10 back-to-back calls, median of 30 after
+warm-up, same buffers, torch.backends.cudnn.benchmark=True). With --cutrain JSON (Google
+Benchmark output of bench_ops_gpu) it prints cutrain/PyTorch per row (below 1 means cutrain is
+faster). The fused conv + bias + relu row compares with PyTorch's conv ALONE (the target: fusion
+costs nothing).
   python3 bench/torch_ops.py --cutrain conv.json --out torch_ops.json
 """
 import argparse, json, os, statistics
@@ -77,6 +78,13 @@ def run_extra():
         res[f"{tag}/bn_train_256x128x32x32"] = median_ms(bn)
         res[f"{tag}/bn_relu_train_256x128x32x32"] = median_ms(lambda: torch.relu(bn()))
         res[f"{tag}/relu_256x128x32x32"] = median_ms(lambda: torch.relu(x))
+        # max pool 2x2: forward alone; backward through autograd with a fixed output gradient
+        res[f"{tag}/maxpool2_fwd_256x128x32x32"] = median_ms(lambda: torch.nn.functional.max_pool2d(x, 2))
+        xg = x.detach().requires_grad_()
+        yg = torch.nn.functional.max_pool2d(xg, 2)
+        gy = torch.rand_like(yg).mul_(2).sub_(1)
+        res[f"{tag}/maxpool2_bwd_256x128x32x32"] = median_ms(
+            lambda: torch.autograd.grad(yg, xg, gy, retain_graph=True))
     return res
 
 

@@ -10,6 +10,7 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cudnn/norm.hpp"
+#include "cutrain/cuda/kernels/batch_norm_inference.hpp"
 #endif
 
 namespace cutrain::ops {
@@ -81,11 +82,11 @@ Tensor<T> batch_norm_forward_inference(const Tensor<T>& x, const Tensor<S>& gamm
     else detail::norm_dtypes_unsupported<T, S>(op, x.device());
   }
 #ifdef CUTRAIN_WITH_CUDA
+  // An NVRTC kernel, not cuDNN: cuDNN 9.19's graph API had no engine for batchnorm_inference on
+  // the H200 in any layout or dtype (cuda/kernels/batch_norm_inference.hpp).
   if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
     Tensor<T> y = detail::device_output<T>(x.shape(), x);
-    Tensor<S> inv_std(c, {.device = x.device()});
-    cuda::cudnn::inverse_std(running_var, eps, inv_std);
-    cuda::cudnn::batch_norm_forward_inference(x, gamma, beta, running_mean, inv_std, y);
+    cuda::kernels::batch_norm_inference(x, gamma, beta, running_mean, running_var, eps, y);
     return y;
   } else {
     detail::norm_dtypes_unsupported<T, S>(op, x.device());

@@ -1,5 +1,7 @@
 // flatten / flatten_backward: [N, ...] <-> [N, rest] in logical (NCHW) order. Pure data movement,
-// so every dtype works; only the device check dispatches.
+// so every dtype works on both devices; only the device check dispatches. On a cuda tensor the
+// copies (an nhwc or strided x, an nhwc dx, a strided dy) are Tensor::contiguous, which today goes
+// through the host (slow, but exact); row-major inputs give views, with no copy at all.
 #pragma once
 
 #include "cutrain/cpu/common.hpp"
@@ -16,7 +18,10 @@ Tensor<T> flatten(const Tensor<T>& x) {
   CUTRAIN_REQUIRE(x.rank() >= 2, InvalidArgument, op, "x must be at least 2-d [N, ...], got ", x.describe());
   std::int64_t rest = 1;
   for (int d = 1; d < x.rank(); ++d) rest *= x.dim(d);
-  if (detail::use_cpu(op, x)) return cpu::row_major(x).reshape(Shape{x.dim(0), rest});
+  if (detail::on_cpu(op, x)) return cpu::row_major(x).reshape(Shape{x.dim(0), rest});
+#ifdef CUTRAIN_WITH_CUDA
+  return x.contiguous(Layout::row_major).reshape(Shape{x.dim(0), rest});
+#endif
   return {};
 }
 
@@ -37,10 +42,14 @@ Tensor<T> flatten_backward(const Tensor<T>& dy, const Shape& x_shape, Layout lay
                   layout);
   CUTRAIN_REQUIRE(layout != Layout::nhwc || x_shape.rank() == 4, InvalidArgument, op,
                   "layout nhwc needs a 4-d x_shape, got ", x_shape);
-  if (detail::use_cpu(op, dy)) {
+  if (detail::on_cpu(op, dy)) {
     Tensor<T> dx = cpu::row_major(dy).reshape(x_shape);
     return layout == Layout::nhwc ? dx.contiguous(Layout::nhwc) : std::move(dx);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  Tensor<T> dx = dy.contiguous(Layout::row_major).reshape(x_shape);
+  return layout == Layout::nhwc ? dx.contiguous(Layout::nhwc) : std::move(dx);
+#endif
   return {};
 }
 

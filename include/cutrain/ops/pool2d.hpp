@@ -1,9 +1,18 @@
 // pool2d_forward / pool2d_backward / global_avg_pool_forward / global_avg_pool_backward:
 // validate, then dispatch on the tensors' device.
+//
+// On the GPU all four are NVRTC kernels (cuda/kernels/pool2d.hpp), not cuDNN: cuDNN's graph API
+// (cudnn-frontend 1.32, cuDNN 9.19) has a resample forward node but no pooling backward, and the
+// legacy cudnnPooling* calls are deprecated.
 #pragma once
 
 #include "cutrain/cpu/pool2d.hpp"
 #include "cutrain/ops/dispatch.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/gpu_float.hpp"
+#include "cutrain/cuda/kernels/pool2d.hpp"
+#endif
 
 namespace cutrain::ops {
 
@@ -19,11 +28,20 @@ template <class T>
 Tensor<T> pool2d_forward(const Tensor<T>& x, const Pool2dParams& p) {
   constexpr std::string_view op = "pool2d_forward";
   detail::check_pool_input(op, x);
-  pool2d_output_shape(x.shape(), p, op);
-  if (detail::use_cpu(op, x)) {
+  [[maybe_unused]] const Shape out = pool2d_output_shape(x.shape(), p, op);
+  if (detail::on_cpu(op, x)) {
     if constexpr (CpuFloat<T>) return cpu::pool2d_forward(x, p);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(out, x);
+    cuda::kernels::pool2d_forward(x, p, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -35,10 +53,20 @@ Tensor<T> pool2d_backward(const Tensor<T>& x, const Tensor<T>& y, const Tensor<T
   const Shape out = pool2d_output_shape(x.shape(), p, op);
   check::shape(op, y, out, "y");
   check::shape(op, dy, out, "dy");
-  if (detail::use_cpu(op, x, y, dy)) {
+  if (detail::on_cpu(op, x, y, dy)) {
     if constexpr (CpuFloat<T>) return cpu::pool2d_backward(x, y, dy, p);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  // y is not needed: the kernel recomputes each window's argmax from x.
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> dx = detail::device_output<T>(x.shape(), x);
+    cuda::kernels::pool2d_backward(x, dy, p, dx);
+    return dx;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -47,10 +75,19 @@ template <class T>
 Tensor<T> global_avg_pool_forward(const Tensor<T>& x) {
   constexpr std::string_view op = "global_avg_pool_forward";
   detail::check_pool_input(op, x);
-  if (detail::use_cpu(op, x)) {
+  if (detail::on_cpu(op, x)) {
     if constexpr (CpuFloat<T>) return cpu::global_avg_pool_forward(x);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), x.dim(1), 1, 1}, x);
+    cuda::kernels::global_avg_pool_forward(x, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -65,10 +102,19 @@ Tensor<T> global_avg_pool_backward(const Tensor<T>& dy, const Shape& x_shape, La
   CUTRAIN_REQUIRE(dx_layout == Layout::nchw || dx_layout == Layout::row_major || dx_layout == Layout::nhwc,
                   InvalidArgument, op, "dx_layout must be nchw or nhwc, got ", dx_layout);
   check::shape(op, dy, Shape{x_shape[0], x_shape[1], 1, 1}, "dy");
-  if (detail::use_cpu(op, dy)) {
+  if (detail::on_cpu(op, dy)) {
     if constexpr (CpuFloat<T>) return cpu::global_avg_pool_backward(dy, x_shape, dx_layout);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> dx(x_shape, {.layout = dx_layout == Layout::nhwc ? Layout::nhwc : Layout::row_major, .device = dy.device()});
+    cuda::kernels::global_avg_pool_backward(dy, dx);
+    return dx;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 

@@ -4,6 +4,11 @@
 #include "cutrain/cpu/softmax.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/gpu_float.hpp"
+#include "cutrain/cuda/kernels/softmax.hpp"
+#endif
+
 namespace cutrain::ops {
 
 namespace detail {
@@ -19,10 +24,19 @@ template <class T>
 Tensor<T> softmax_forward(const Tensor<T>& x) {
   constexpr std::string_view op = "softmax_forward";
   detail::check_softmax_input(op, x, "x");
-  if (detail::use_cpu(op, x)) {
+  if (detail::on_cpu(op, x)) {
     if constexpr (CpuFloat<T>) return cpu::softmax_forward(x);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(x.shape(), x);
+    cuda::kernels::softmax_forward(x, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -32,10 +46,19 @@ Tensor<T> softmax_backward(const Tensor<T>& y, const Tensor<T>& dy) {
   constexpr std::string_view op = "softmax_backward";
   detail::check_softmax_input(op, y, "y");
   check::shape(op, dy, y.shape(), "dy");
-  if (detail::use_cpu(op, y, dy)) {
+  if (detail::on_cpu(op, y, dy)) {
     if constexpr (CpuFloat<T>) return cpu::softmax_backward(y, dy);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> dx = detail::device_output<T>(y.shape(), y);
+    cuda::kernels::softmax_backward(y, dy, dx);
+    return dx;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -43,10 +66,19 @@ template <class T>
 Tensor<T> log_softmax_forward(const Tensor<T>& x) {
   constexpr std::string_view op = "log_softmax_forward";
   detail::check_softmax_input(op, x, "x");
-  if (detail::use_cpu(op, x)) {
+  if (detail::on_cpu(op, x)) {
     if constexpr (CpuFloat<T>) return cpu::log_softmax_forward(x);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> y = detail::device_output<T>(x.shape(), x);
+    cuda::kernels::log_softmax_forward(x, y);
+    return y;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 
@@ -56,10 +88,19 @@ Tensor<T> log_softmax_backward(const Tensor<T>& y, const Tensor<T>& dy) {
   constexpr std::string_view op = "log_softmax_backward";
   detail::check_softmax_input(op, y, "y");
   check::shape(op, dy, y.shape(), "dy");
-  if (detail::use_cpu(op, y, dy)) {
+  if (detail::on_cpu(op, y, dy)) {
     if constexpr (CpuFloat<T>) return cpu::log_softmax_backward(y, dy);
     else detail::cpu_dtype_unsupported<T>(op);
   }
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> dx = detail::device_output<T>(y.shape(), y);
+    cuda::kernels::log_softmax_backward(y, dy, dx);
+    return dx;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#endif
   return {};
 }
 

@@ -2,6 +2,8 @@
 // semantics of cpu/batch_norm.hpp and cpu/layer_norm.hpp. x is T (f32, bf16, f16); scale, bias,
 // running and saved statistics are f32 (S = float), as cuDNN's engines require and as mixed
 // precision wants.
+// Inference forward is not here: cuDNN 9.19 had no engine for the batchnorm_inference node on
+// the H200 (any layout or dtype), so it is an NVRTC kernel (cuda/kernels/batch_norm_inference.hpp).
 #pragma once
 
 #include "cutrain/core/params/norm.hpp"
@@ -79,52 +81,6 @@ void batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma,
           {x.data(), gamma.data(), beta.data(), running_mean.data(), running_var.data(), y.data(), save_mean.data(),
            save_inv_std.data(), next_mean.data(), next_var.data()},
           op, key);
-}
-
-// inv_std = 1 / sqrt(var + eps) for [C] f32 vectors, as a two-node pointwise graph (so that
-// inference needs no trip through the host).
-inline void inverse_std(const Tensor<float>& var, double eps, Tensor<float>& inv_std) {
-  constexpr std::string_view op = "batch_norm_forward_inference";
-  const int dev = var.device().index;
-  const std::int64_t c = var.numel();
-  const std::string key = cutrain::detail::cat("inverse std eps ", eps, " c ", c);
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::norm_graph<float>();
-    auto VAR = detail::channel_tensor(*g, "var", c);
-    auto EPS = detail::scalar(*g, static_cast<float>(eps));
-    auto SUM = g->pointwise(VAR, EPS, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
-    auto INV = g->pointwise(SUM, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::RSQRT));
-    detail::output(INV, {1, c, 1, 1}, {c, 1, c, c}, fe::DataType_t::FLOAT);
-    build(*g, handles(dev).cudnn, op, key, false);
-    return BuiltGraph{g, {VAR, INV}, g->get_workspace_size()};
-  });
-  execute(bg, dev, {var.data(), inv_std.data()}, op, key);
-}
-
-// y = gamma (x - mean) inv_std + beta; inv_std from inverse_std(running_var, eps).
-template <GpuFloat T>
-void batch_norm_forward_inference(const Tensor<T>& x, const Tensor<float>& gamma, const Tensor<float>& beta,
-                                  const Tensor<float>& mean, const Tensor<float>& inv_std, Tensor<T>& y) {
-  constexpr std::string_view op = "batch_norm_forward_inference";
-  const int dev = x.device().index;
-  const auto [xs, xst] = detail::as_4d(x);
-  const auto [ys, yst] = detail::as_4d(y);
-  const std::int64_t c = x.dim(1);
-  const std::string key =
-      cutrain::detail::cat("bn fwd infer ", dtype_of<T>, signature(" x", xs, xst), signature(" y", ys, yst));
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::norm_graph<T>();
-    auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
-    auto MEAN = detail::channel_tensor(*g, "mean", c);
-    auto INV = detail::channel_tensor(*g, "inv_std", c);
-    auto SCALE = detail::channel_tensor(*g, "scale", c);
-    auto BIAS = detail::channel_tensor(*g, "bias", c);
-    auto Y = g->batchnorm_inference(X, MEAN, INV, SCALE, BIAS, fe::graph::Batchnorm_inference_attributes());
-    detail::output(Y, ys, yst, fe_type<T>::value);
-    build(*g, handles(dev).cudnn, op, key, false);
-    return BuiltGraph{g, {X, MEAN, INV, SCALE, BIAS, Y}, g->get_workspace_size()};
-  });
-  execute(bg, dev, {x.data(), mean.data(), inv_std.data(), gamma.data(), beta.data(), y.data()}, op, key);
 }
 
 template <GpuFloat T>

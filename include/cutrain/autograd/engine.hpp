@@ -1,0 +1,112 @@
+// backward(): runs the recorded nodes in reverse topological order, with explicit stacks (deep
+// graphs cannot overflow the call stack), summing gradients where a Var feeds several ops.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "cutrain/autograd/var.hpp"
+#include "cutrain/ops/elementwise.hpp"
+
+namespace cutrain::autograd {
+
+namespace detail {
+
+// into += g, where into may still be undefined. ops::add makes a new tensor, so a gradient never
+// aliases another one that is later changed.
+template <class T>
+void accumulate(Tensor<T>& into, Tensor<T>&& g) {
+  if (!into.defined()) into = std::move(g);
+  else into = ops::add(into, g);
+}
+
+// Nodes reachable from root through inputs that require grad, root first, each before all the
+// nodes it depends on (reverse post-order of an iterative depth-first search). Owning pointers:
+// freeing a node's inputs during backward must not destroy nodes still to run.
+template <class T>
+std::vector<std::shared_ptr<Node<T>>> topological_order(const std::shared_ptr<Node<T>>& root) {
+  std::vector<std::shared_ptr<Node<T>>> post;
+  std::unordered_set<Node<T>*> seen{root.get()};
+  std::vector<std::pair<std::shared_ptr<Node<T>>, std::size_t>> stack{{root, 0}};
+  while (!stack.empty()) {
+    const std::size_t top = stack.size() - 1;
+    Node<T>* n = stack[top].first.get();
+    if (stack[top].second < n->inputs.size()) {
+      const auto& in = n->inputs[stack[top].second++];
+      if (in && in->requires_grad && in->node && seen.insert(in->node.get()).second) stack.emplace_back(in->node, 0);
+    } else {
+      post.push_back(std::move(stack[top].first));
+      stack.pop_back();
+    }
+  }
+  std::reverse(post.begin(), post.end());
+  return post;
+}
+
+template <class T>
+void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
+  constexpr std::string_view op = "backward";
+  CUTRAIN_REQUIRE(root.requires_grad, InvalidArgument, op, "the root ", root.value.describe(),
+                  " does not require grad: no input of the ops that made it requires grad, or it was computed "
+                  "under NoGradGuard");
+  if (!seed.defined()) {
+    CUTRAIN_REQUIRE(root.value.numel() == 1, InvalidArgument, op, "the root ", root.value.describe(),
+                    " is not a scalar: pass a seed gradient of its shape, backward(seed)");
+    seed = Tensor<T>::full(root.value.shape(), T(1), {.device = root.value.device()});
+  } else {
+    CUTRAIN_REQUIRE(seed.shape() == root.value.shape(), InvalidArgument, op, "seed ", seed.describe(),
+                    " must have the root's shape ", root.value.shape());
+    seed = seed.clone();  // the caller keeps theirs; gradients must not alias it
+  }
+  if (!root.node) {  // a leaf: d root / d root
+    accumulate(root.grad, std::move(seed));
+    return;
+  }
+  const auto order = topological_order(root.node);
+  std::unordered_map<Node<T>*, Tensor<T>> pending;  // gradient of each node's output, summed
+  pending.emplace(root.node.get(), std::move(seed));
+  for (const auto& node : order) {
+    Node<T>* n = node.get();
+    CUTRAIN_REQUIRE(!n->freed, InvalidArgument, op, "the graph through ", n->name(),
+                    " was freed by an earlier backward(); call backward(/*retain_graph=*/true) the first time to "
+                    "run backward through it again");
+    auto it = pending.find(n);
+    if (it == pending.end()) continue;  // unreachable: every node in order lies on a path from root
+    Tensor<T> dy = std::move(it->second);
+    pending.erase(it);
+    std::vector<Tensor<T>> grads = n->backward(dy);
+    for (std::size_t i = 0; i < n->inputs.size() && i < grads.size(); ++i) {
+      if (!n->needs_grad(i) || !grads[i].defined()) continue;
+      auto& in = *n->inputs[i];
+      CUTRAIN_REQUIRE(grads[i].shape() == in.value.shape(), Error, op, n->name(), " returned a gradient ",
+                      grads[i].describe(), " for input ", i, " of shape ", in.value.shape());
+      if (in.node) accumulate(pending[in.node.get()], std::move(grads[i]));
+      else accumulate(in.grad, std::move(grads[i]));
+    }
+    if (!retain_graph) {
+      n->release_saved();
+      n->freed = true;
+      // Dropping the inputs frees the activations they hold as soon as the last root goes.
+      n->inputs.clear();
+    }
+  }
+}
+
+}  // namespace detail
+
+template <class T>
+void Var<T>::backward(bool retain_graph) const {
+  detail::run_backward(*checked(), Tensor<T>{}, retain_graph);
+}
+
+template <class T>
+void Var<T>::backward(const Tensor<T>& seed, bool retain_graph) const {
+  CUTRAIN_REQUIRE(seed.defined(), InvalidArgument, "backward", "the seed gradient is undefined");
+  detail::run_backward(*checked(), seed.view(), retain_graph);
+}
+
+}  // namespace cutrain::autograd

@@ -1,0 +1,137 @@
+// Var<T>: a tensor that remembers how it was made, so that backward() can send gradients to
+// the leaves (parameters and inputs) that asked for them.
+//
+// A Var is a shared handle (copying it copies the handle, not the tensor). The node that made a
+// Var holds its inputs, never its output, so a graph is a DAG owned from the root down: dropping
+// the last handle to the loss drops the whole graph.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cutrain/core/error.hpp"
+#include "cutrain/core/tensor.hpp"
+
+namespace cutrain::autograd {
+
+template <class T>
+class Node;
+
+namespace detail {
+template <class T>
+struct VarImpl {
+  Tensor<T> value;
+  Tensor<T> grad;  // undefined until a backward() reaches this Var (leaves only)
+  bool requires_grad = false;
+  std::shared_ptr<Node<T>> node;  // null for leaves
+};
+
+// Whether ops record graphs on this thread; see NoGradGuard.
+inline bool& grad_mode_flag() {
+  thread_local bool enabled = true;
+  return enabled;
+}
+}  // namespace detail
+
+inline bool is_grad_enabled() { return detail::grad_mode_flag(); }
+
+// While alive, ops on this thread record no graph: their outputs need no gradient and keep
+// nothing alive for backward (evaluation, optimizer updates, metrics).
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(detail::grad_mode_flag()) { detail::grad_mode_flag() = false; }
+  ~NoGradGuard() { detail::grad_mode_flag() = previous_; }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// One recorded op. The op's function object derives from Node: its forward saves what backward
+// needs; backward(dy) returns one gradient per input (undefined for inputs that need none);
+// release_saved() drops the saved tensors once the graph is freed.
+template <class T>
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::vector<Tensor<T>> backward(const Tensor<T>& dy) = 0;
+  virtual void release_saved() = 0;
+
+  bool needs_grad(std::size_t i) const { return i < inputs.size() && inputs[i] && inputs[i]->requires_grad; }
+
+  // Null entries stand for optional inputs that were not given (a conv without bias).
+  std::vector<std::shared_ptr<detail::VarImpl<T>>> inputs;
+  bool freed = false;
+};
+
+template <class T>
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor<T> value, bool requires_grad = false) : impl_(std::make_shared<detail::VarImpl<T>>()) {
+    impl_->value = std::move(value);
+    impl_->requires_grad = requires_grad;
+  }
+  // The output of a recorded op.
+  static Var from_node(Tensor<T> value, std::shared_ptr<Node<T>> node) {
+    Var v(std::move(value), true);
+    v.impl_->node = std::move(node);
+    return v;
+  }
+
+  bool defined() const { return impl_ != nullptr; }
+  Tensor<T>& value() const { return checked()->value; }
+  Tensor<T>& grad() const { return checked()->grad; }
+  bool requires_grad() const { return impl_ && impl_->requires_grad; }
+  void set_requires_grad(bool on) const {
+    CUTRAIN_REQUIRE(is_leaf(), InvalidArgument, "Var::set_requires_grad",
+                    "only leaves (Vars no op made) can change requires_grad; use detach()");
+    impl_->requires_grad = on;
+  }
+  bool is_leaf() const { return checked()->node == nullptr; }
+  const std::shared_ptr<Node<T>>& node() const { return checked()->node; }
+  const std::shared_ptr<detail::VarImpl<T>>& impl() const { return impl_; }
+
+  const Shape& shape() const { return value().shape(); }
+  std::int64_t numel() const { return value().numel(); }
+  Device device() const { return value().device(); }
+  // The single element of a one-element Var (copied to the host).
+  T item() const {
+    CUTRAIN_REQUIRE(value().numel() == 1, InvalidArgument, "Var::item", "needs one element, got ", value().describe());
+    return value().to_vector()[0];
+  }
+
+  void zero_grad() const { checked()->grad = Tensor<T>{}; }
+  // A leaf sharing this Var's storage, with no history.
+  Var detach() const { return Var(value().view(), false); }
+
+  // Gradients of this Var with respect to every leaf that requires grad, added into their grad().
+  // The root must have one element unless a seed (dL/d this, this Var's shape) is given.
+  // The graph's saved tensors are freed afterwards unless retain_graph.
+  void backward(bool retain_graph = false) const;
+  void backward(const Tensor<T>& seed, bool retain_graph = false) const;
+
+  friend bool operator==(const Var& a, const Var& b) { return a.impl_ == b.impl_; }
+
+ private:
+  detail::VarImpl<T>* checked() const {
+    CUTRAIN_REQUIRE(impl_ != nullptr, InvalidArgument, "Var", "use of an undefined (default-constructed) Var");
+    return impl_.get();
+  }
+  std::shared_ptr<detail::VarImpl<T>> impl_;
+};
+
+// A leaf that requires grad: a parameter, or an input to differentiate against.
+template <class T>
+Var<T> parameter(Tensor<T> value) {
+  return Var<T>(std::move(value), true);
+}
+
+}  // namespace cutrain::autograd
+
+#include "cutrain/autograd/engine.hpp"
