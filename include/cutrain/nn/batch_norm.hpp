@@ -1,0 +1,53 @@
+// nn::BatchNorm2d: per-channel batch normalization of [N,C,H,W] (or [N,C]); weight (gamma),
+// bias (beta), running_mean and running_var in T (the CPU ops want them in x's dtype).
+#pragma once
+
+#include <cstdint>
+
+#include "cutrain/autograd/functions.hpp"
+#include "cutrain/nn/module.hpp"
+
+namespace cutrain::nn {
+
+struct BatchNormOptions {
+  std::int64_t features = 0;
+  double eps = 1e-5;
+  double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch
+};
+
+template <class T>
+class BatchNorm2d : public Module<BatchNorm2d<T>, T> {
+ public:
+  explicit BatchNorm2d(const BatchNormOptions& o)
+      : opts_(o),
+        running_mean(Tensor<T>::zeros(Shape{o.features})),
+        running_var(Tensor<T>::full(Shape{o.features}, T(1))) {
+    CUTRAIN_REQUIRE(o.features > 0, InvalidArgument, "nn::BatchNorm2d", "features must be > 0, got ", o.features);
+    weight = autograd::parameter(Tensor<T>::full(Shape{o.features}, T(1)));
+    bias = autograd::parameter(Tensor<T>::zeros(Shape{o.features}));
+  }
+
+  Var<T> operator()(const Var<T>& x) {
+    return autograd::batch_norm(x, weight, bias, running_mean, running_var, this->is_training(),
+                                {.momentum = opts_.momentum, .eps = opts_.eps});
+  }
+
+  void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
+    f(join_name(prefix, "weight"), weight);
+    f(join_name(prefix, "bias"), bias);
+  }
+  void visit_buffers(const std::string& prefix, const BufferVisitor<T>& f) {
+    f(join_name(prefix, "running_mean"), running_mean);
+    f(join_name(prefix, "running_var"), running_var);
+  }
+  const BatchNormOptions& options() const { return opts_; }
+
+ private:
+  BatchNormOptions opts_;
+
+ public:
+  Var<T> weight, bias;
+  Tensor<T> running_mean, running_var;
+};
+
+}  // namespace cutrain::nn

@@ -1,0 +1,58 @@
+// nn::Conv2d: 2-d convolution with optional bias, weights [out, in/groups, k, k].
+#pragma once
+
+#include <cstdint>
+
+#include "cutrain/autograd/functions.hpp"
+#include "cutrain/nn/init.hpp"
+#include "cutrain/nn/module.hpp"
+
+namespace cutrain::nn {
+
+struct Conv2dOptions {
+  std::int64_t in = 0, out = 0;
+  int kernel = 3, stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+  Init init = Init::kaiming_uniform;
+  std::uint64_t seed = 0;
+};
+
+template <class T>
+class Conv2d : public Module<Conv2d<T>, T> {
+ public:
+  explicit Conv2d(const Conv2dOptions& o) : Conv2d(o, nullptr) {}
+  Conv2d(const Conv2dOptions& o, Rng& rng) : Conv2d(o, &rng) {}
+
+  Var<T> operator()(const Var<T>& x) const { return autograd::conv2d(x, weight, bias, params_); }
+  // act(conv(x) + b) as one op; what Sequential calls for Conv2d followed by ReLU.
+  Var<T> forward_fused(const Var<T>& x, const ActivationParams& act) const {
+    return autograd::conv2d_bias_activation(x, weight, bias, act, params_);
+  }
+
+  void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
+    f(join_name(prefix, "weight"), weight);
+    if (bias.defined()) f(join_name(prefix, "bias"), bias);
+  }
+  const Conv2dOptions& options() const { return opts_; }
+  const Conv2dParams& params() const { return params_; }
+
+  Var<T> weight, bias;  // bias undefined without .bias
+
+ private:
+  Conv2d(const Conv2dOptions& o, Rng* rng) : opts_(o), params_(Conv2dParams::make(o.stride, o.padding, o.dilation, o.groups)) {
+    CUTRAIN_REQUIRE(o.in > 0 && o.out > 0 && o.kernel > 0 && o.groups > 0 && o.in % o.groups == 0 &&
+                        o.out % o.groups == 0,
+                    InvalidArgument, "nn::Conv2d", "need in, out, kernel, groups > 0 with groups dividing in and out, got in ",
+                    o.in, ", out ", o.out, ", kernel ", o.kernel, ", groups ", o.groups);
+    Rng own = init::rng_for(o.seed, static_cast<std::uint64_t>(o.in * 1000003 + o.out * 1009 + o.kernel));
+    Rng& r = rng ? *rng : own;
+    const std::int64_t k2 = std::int64_t{o.kernel} * o.kernel;
+    const Shape ws{o.out, o.in / o.groups, o.kernel, o.kernel};
+    weight = autograd::parameter(init::make<T>(ws, o.init, o.in / o.groups * k2, o.out / o.groups * k2, r));
+    if (o.bias) bias = autograd::parameter(Tensor<T>::zeros(Shape{o.out}));
+  }
+  Conv2dOptions opts_;
+  Conv2dParams params_;
+};
+
+}  // namespace cutrain::nn

@@ -1,0 +1,38 @@
+// nn::LayerNorm: normalizes each sample over its trailing dims `shape`, with weight and bias of
+// that shape.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cutrain/autograd/functions.hpp"
+#include "cutrain/nn/module.hpp"
+
+namespace cutrain::nn {
+
+struct LayerNormOptions {
+  std::vector<std::int64_t> shape;  // the dims after the batch dim, e.g. {C} or {C, H, W}
+  double eps = 1e-5;
+};
+
+template <class T>
+class LayerNorm : public Module<LayerNorm<T>, T> {
+ public:
+  explicit LayerNorm(const LayerNormOptions& o) : opts_(o) {
+    CUTRAIN_REQUIRE(!o.shape.empty(), InvalidArgument, "nn::LayerNorm", "shape must name at least one dim");
+    const Shape s(o.shape);
+    weight = autograd::parameter(Tensor<T>::full(s, T(1)));
+    bias = autograd::parameter(Tensor<T>::zeros(s));
+  }
+  Var<T> operator()(const Var<T>& x) const { return autograd::layer_norm(x, weight, bias, opts_.eps); }
+  void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
+    f(join_name(prefix, "weight"), weight);
+    f(join_name(prefix, "bias"), bias);
+  }
+  Var<T> weight, bias;
+
+ private:
+  LayerNormOptions opts_;
+};
+
+}  // namespace cutrain::nn

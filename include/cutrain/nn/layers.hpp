@@ -1,0 +1,90 @@
+// Stateless modules: activations, pooling, flatten, dropout. Not templates: their call operator
+// takes a Var of any element type, so they read as nn::ReLU{} and nn::MaxPool2d({.kernel = 2}).
+#pragma once
+
+#include <cstdint>
+
+#include "cutrain/autograd/functions.hpp"
+#include "cutrain/core/random.hpp"
+
+namespace cutrain::nn {
+
+struct Activation {
+  ActivationParams params;
+  explicit Activation(const ActivationParams& p = {}) : params(p) {}
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::activation(x, params); }
+};
+
+struct ReLU {
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::relu(x); }
+};
+
+struct Pool2dOptions {
+  int kernel = 2;
+  int stride = 0;  // 0: the kernel size
+  int padding = 0;
+  bool count_include_pad = true;  // AvgPool2d only
+  bool ceil_mode = false;
+};
+
+struct MaxPool2d {
+  Pool2dParams params;
+  explicit MaxPool2d(const Pool2dOptions& o = {}) : params(Pool2dParams::max(o.kernel, o.stride, o.padding)) {
+    params.ceil_mode = o.ceil_mode;
+  }
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::pool2d(x, params); }
+};
+
+struct AvgPool2d {
+  Pool2dParams params;
+  explicit AvgPool2d(const Pool2dOptions& o = {})
+      : params(Pool2dParams::average(o.kernel, o.stride, o.padding, o.count_include_pad)) {
+    params.ceil_mode = o.ceil_mode;
+  }
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::pool2d(x, params); }
+};
+
+// Output size 1 only: [N,C,H,W] -> [N,C,1,1].
+struct AdaptiveAvgPool2d {
+  explicit AdaptiveAvgPool2d(int output_size = 1) {
+    CUTRAIN_REQUIRE(output_size == 1, NotImplemented, "nn::AdaptiveAvgPool2d", "only output size 1 is offered, got ",
+                    output_size);
+  }
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::global_avg_pool(x); }
+};
+
+struct Flatten {
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::flatten(x); }
+};
+
+struct DropoutOptions {
+  double p = 0.5;
+  std::uint64_t seed = 0;
+};
+
+// Identity in eval mode; in training a fresh mask per call, from (seed, call number).
+class Dropout {
+ public:
+  explicit Dropout(const DropoutOptions& o = {}) : opts_(o) {}
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) {
+    if (!training_ || opts_.p == 0.0) return x;
+    return autograd::dropout(x, opts_.p, splitmix64(opts_.seed ^ splitmix64(calls_++)));
+  }
+  void set_training(bool on) { training_ = on; }
+  bool is_training() const { return training_; }
+  std::uint64_t calls() const { return calls_; }
+
+ private:
+  DropoutOptions opts_;
+  bool training_ = true;
+  std::uint64_t calls_ = 0;
+};
+
+}  // namespace cutrain::nn

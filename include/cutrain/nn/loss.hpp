@@ -1,0 +1,16 @@
+// Losses on Vars, as the training loop calls them: nn::cross_entropy(net(x), y).
+#pragma once
+
+#include <cstdint>
+
+#include "cutrain/autograd/functions.hpp"
+
+namespace cutrain::nn {
+
+template <class T>
+autograd::Var<T> cross_entropy(const autograd::Var<T>& logits, const Tensor<std::int32_t>& labels,
+                               const CrossEntropyParams& p = {}) {
+  return autograd::cross_entropy(logits, labels, p);
+}
+
+}  // namespace cutrain::nn

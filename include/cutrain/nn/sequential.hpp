@@ -1,0 +1,133 @@
+// nn::Sequential<T>: modules run one after another, held by value behind a small type-erased
+// interface so that any mix of layers fits in one Sequential<float>{...}.
+// A Conv2d or Linear directly followed by ReLU (or a relu/identity Activation) runs as one fused
+// op (conv + bias + activation in cuDNN, linear + bias + activation in cuBLASLt on the GPU).
+#pragma once
+
+#include <concepts>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cutrain/nn/layers.hpp"
+#include "cutrain/nn/module.hpp"
+
+namespace cutrain::nn {
+
+namespace detail {
+template <class T>
+struct AnyModule {
+  virtual ~AnyModule() = default;
+  virtual Var<T> forward(const Var<T>& x) = 0;
+  // act(this(x)) as one op, or an undefined Var when this module has no fused form.
+  virtual Var<T> forward_fused(const Var<T>&, const ActivationParams&) { return {}; }
+  // The activation this module applies when it can be folded into the previous module.
+  virtual bool fusable_activation(ActivationParams&) const { return false; }
+  virtual void visit_params(const std::string&, const ParamVisitor<T>&) {}
+  virtual void visit_buffers(const std::string&, const BufferVisitor<T>&) {}
+  virtual void set_training(bool) {}
+};
+
+template <class T, class M>
+struct ModuleHolder final : AnyModule<T> {
+  M m;
+  explicit ModuleHolder(M&& module) : m(std::move(module)) {}
+  Var<T> forward(const Var<T>& x) override { return m(x); }
+  Var<T> forward_fused(const Var<T>& x, const ActivationParams& a) override {
+    if constexpr (requires { m.forward_fused(x, a); }) return m.forward_fused(x, a);
+    else return {};
+  }
+  bool fusable_activation(ActivationParams& a) const override {
+    if constexpr (std::same_as<M, ReLU>) {
+      a = {.kind = cutrain::Activation::relu};
+      return true;
+    } else if constexpr (std::same_as<M, nn::Activation>) {
+      a = m.params;
+      return a.kind == cutrain::Activation::relu || a.kind == cutrain::Activation::identity;
+    } else {
+      return false;
+    }
+  }
+  void visit_params(const std::string& prefix, const ParamVisitor<T>& f) override {
+    if constexpr (requires { m.visit_params(prefix, f); }) m.visit_params(prefix, f);
+  }
+  void visit_buffers(const std::string& prefix, const BufferVisitor<T>& f) override {
+    if constexpr (requires { m.visit_buffers(prefix, f); }) m.visit_buffers(prefix, f);
+  }
+  void set_training(bool on) override {
+    if constexpr (requires { m.set_training(on); }) m.set_training(on);
+  }
+};
+}  // namespace detail
+
+template <class T>
+class Sequential : public Module<Sequential<T>, T> {
+ public:
+  Sequential() = default;
+  template <class... Ms>
+    requires(sizeof...(Ms) > 0 && (!std::same_as<std::remove_cvref_t<Ms>, Sequential> && ...))
+  Sequential(Ms&&... modules) {  // NOLINT: implicit, so that Sequential<float> net{a, b, c} reads naturally
+    (push_back(std::forward<Ms>(modules)), ...);
+  }
+  Sequential(Sequential&&) noexcept = default;
+  Sequential& operator=(Sequential&&) noexcept = default;
+
+  template <class M>
+  Sequential& push_back(M&& module) {
+    using D = std::remove_cvref_t<M>;
+    static_assert(std::is_invocable_r_v<Var<T>, D&, const Var<T>&>, "a module must be callable on a Var<T>");
+    modules_.push_back(std::make_unique<detail::ModuleHolder<T, D>>(D(std::forward<M>(module))));
+    return *this;
+  }
+
+  Var<T> operator()(const Var<T>& input) {
+    Var<T> x = input;
+    for (std::size_t i = 0; i < modules_.size(); ++i) {
+      ActivationParams act;
+      if (fuse_ && i + 1 < modules_.size() && modules_[i + 1]->fusable_activation(act)) {
+        if (Var<T> y = modules_[i]->forward_fused(x, act); y.defined()) {
+          x = std::move(y);
+          ++i;
+          continue;
+        }
+      }
+      x = modules_[i]->forward(x);
+    }
+    return x;
+  }
+  // A batch straight from a loader: a leaf that needs no gradient, sharing x's storage.
+  Var<T> operator()(const Tensor<T>& x) { return (*this)(Var<T>(x.view())); }
+
+  // Whether Conv2d/Linear + ReLU run as one fused op (on by default).
+  void set_fusion(bool on) { fuse_ = on; }
+
+  void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
+    for (std::size_t i = 0; i < modules_.size(); ++i) modules_[i]->visit_params(join_name(prefix, std::to_string(i)), f);
+  }
+  void visit_buffers(const std::string& prefix, const BufferVisitor<T>& f) {
+    for (std::size_t i = 0; i < modules_.size(); ++i) modules_[i]->visit_buffers(join_name(prefix, std::to_string(i)), f);
+  }
+  void set_training(bool on) {
+    this->training_ = on;
+    for (auto& m : modules_) m->set_training(on);
+  }
+
+  std::size_t size() const { return modules_.size(); }
+  // The i-th module as an M (throws when it is not one).
+  template <class M>
+  M& at(std::size_t i) {
+    CUTRAIN_REQUIRE(i < modules_.size(), InvalidArgument, "Sequential::at", "index ", i, " out of range for ",
+                    modules_.size(), " modules");
+    auto* h = dynamic_cast<detail::ModuleHolder<T, M>*>(modules_[i].get());
+    CUTRAIN_REQUIRE(h != nullptr, InvalidArgument, "Sequential::at", "module ", i, " is not of the requested type");
+    return h->m;
+  }
+
+ private:
+  std::vector<std::unique_ptr<detail::AnyModule<T>>> modules_;
+  bool fuse_ = true;
+};
+
+}  // namespace cutrain::nn

@@ -1,0 +1,78 @@
+// optim::SGD with momentum, dampening, Nesterov and (coupled, L2) weight decay: PyTorch's rule.
+//   g = grad + weight_decay * w
+//   buf = g on the first step, else momentum * buf + (1 - dampening) * g
+//   g = nesterov ? g + momentum * buf : buf        (when momentum != 0)
+//   w -= lr * g
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "cutrain/optim/optimizer.hpp"
+
+namespace cutrain::optim {
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+template <class T>
+class SGD : public Optimizer<T> {
+ public:
+  SGD(std::vector<autograd::Var<T>> params, const SGDOptions& o = {})
+      : Optimizer<T>("optim::SGD", std::move(params), o.lr), opts_(o), buffers_(this->params_.size()) {
+    CUTRAIN_REQUIRE(o.momentum >= 0 && o.dampening >= 0 && o.weight_decay >= 0, InvalidArgument, "optim::SGD",
+                    "momentum, dampening and weight_decay must be >= 0");
+    CUTRAIN_REQUIRE(!o.nesterov || (o.momentum > 0 && o.dampening == 0), InvalidArgument, "optim::SGD",
+                    "nesterov needs momentum > 0 and dampening == 0");
+  }
+
+  // One update of every parameter that has a gradient.
+  void step() {
+    constexpr std::string_view op = "optim::SGD::step";
+    for (std::size_t k = 0; k < this->params_.size(); ++k) {
+      auto& p = this->params_[k];
+      if (!p.grad().defined()) continue;
+      auto [w, g] = this->prepare(op, p);
+      const bool first = opts_.momentum != 0 && !buffers_[k].defined();
+      if (first) buffers_[k] = this->zeros_like(*w);
+      if (!w->device().is_cpu()) {
+#ifdef CUTRAIN_WITH_CUDA
+        if constexpr (std::same_as<T, float>) {
+          cuda::kernels::sgd_step(*w, g, buffers_[k],
+                                  {.lr = this->lr_, .momentum = opts_.momentum, .dampening = opts_.dampening,
+                                   .weight_decay = opts_.weight_decay, .nesterov = opts_.nesterov, .first_step = first});
+          continue;
+        }
+#endif
+        this->no_gpu_path(op, *w);
+      }
+      T* wd = w->data();
+      const T* gd = g.data();
+      T* buf = opts_.momentum != 0 ? buffers_[k].data() : nullptr;
+      const double lr = this->lr_, mu = opts_.momentum, damp = opts_.dampening, wdk = opts_.weight_decay;
+      for (std::int64_t i = 0, n = w->numel(); i < n; ++i) {
+        double gi = static_cast<double>(gd[i]) + wdk * static_cast<double>(wd[i]);
+        if (buf) {
+          const double b = first ? gi : mu * static_cast<double>(buf[i]) + (1.0 - damp) * gi;
+          buf[i] = static_cast<T>(b);
+          gi = opts_.nesterov ? gi + mu * b : b;
+        }
+        wd[i] = static_cast<T>(static_cast<double>(wd[i]) - lr * gi);
+      }
+    }
+  }
+  const SGDOptions& options() const { return opts_; }
+  // The momentum buffer of parameter k (undefined before its first step or without momentum).
+  const Tensor<T>& momentum_buffer(std::size_t k) const { return buffers_.at(k); }
+
+ private:
+  SGDOptions opts_;
+  std::vector<Tensor<T>> buffers_;
+};
+
+}  // namespace cutrain::optim
