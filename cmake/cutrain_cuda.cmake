@@ -36,6 +36,10 @@ function(cutrain_define_cuda_target base)
                         ${CUTRAIN_CUDNN_LIBRARY})
   target_include_directories(cutrain_cuda SYSTEM INTERFACE ${CUTRAIN_CUDNN_INCLUDE_DIR} ${CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR})
   target_compile_definitions(cutrain_cuda INTERFACE CUTRAIN_WITH_CUDA)
+  # cutrain reaches the driver API through the runtime (cudaGetDriverEntryPointByVersion), so a
+  # binary must not need libcuda.so.1 to start: on a machine without a driver it then reports
+  # that it has no GPU instead of failing to load. --as-needed drops libraries nothing uses.
+  target_link_options(cutrain_cuda INTERFACE "LINKER:--as-needed")
   add_library(cutrain::cuda ALIAS cutrain_cuda)
   message(STATUS "cutrain: cutrain::cuda with cuDNN ${CUTRAIN_CUDNN_LIBRARY}, cudnn-frontend ${CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR}")
 endfunction()

@@ -329,12 +329,50 @@ inline Image image_for(const Program& p, int arch, bool use_cache_file = true) {
 // Loading and launching (needs a GPU)
 
 namespace detail {
+// The driver API functions cutrain uses, looked up through the runtime
+// (cudaGetDriverEntryPointByVersion) rather than linked: a binary then does not need
+// libcuda.so.1 to start, so on a machine without a driver it can say that it skipped.
+struct DriverApi {
+  CUresult (*get_error_name)(CUresult, const char**) = nullptr;
+  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            CUstream, void**, void**) = nullptr;
+};
+
+template <class F>
+void driver_entry(const char* symbol, F*& fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  cuda::check(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &found), "cuda::kernels",
+              cutrain::detail::cat("cudaGetDriverEntryPointByVersion(", symbol, ")"));
+  CUTRAIN_REQUIRE(found == cudaDriverEntryPointSuccess && p != nullptr, CudaError, "cuda::kernels",
+                  "the CUDA driver has no ", symbol);
+  fn = reinterpret_cast<F*>(p);
+}
+
+inline const DriverApi& driver() {
+  static const DriverApi api = [] {
+    DriverApi a;
+    driver_entry("cuGetErrorName", a.get_error_name);
+    driver_entry("cuGetErrorString", a.get_error_string);
+    driver_entry("cuCtxGetCurrent", a.ctx_get_current);
+    driver_entry("cuModuleLoadData", a.module_load_data);
+    driver_entry("cuModuleGetFunction", a.module_get_function);
+    driver_entry("cuLaunchKernel", a.launch_kernel);
+    return a;
+  }();
+  return api;
+}
+
 inline void driver_check(CUresult st, std::string_view op, std::string_view what) {
   if (st == CUDA_SUCCESS) return;
   const char* name = nullptr;
   const char* text = nullptr;
-  cuGetErrorName(st, &name);
-  cuGetErrorString(st, &text);
+  driver().get_error_name(st, &name);
+  driver().get_error_string(st, &text);
   throw CudaError(op, cutrain::detail::cat(what, " failed: ", name ? name : "CUresult ", name ? "" : std::to_string(st),
                                            " (", text ? text : "unknown error", ")"));
 }
@@ -373,11 +411,11 @@ inline CUmodule load_module(int device, const Program& p) {
   const int arch = device_arch(device);
   Image img = image_for(p, arch);
   CUmodule module = nullptr;
-  CUresult st = cuModuleLoadData(&module, img.bytes.data());
+  CUresult st = driver().module_load_data(&module, img.bytes.data());
   if (st != CUDA_SUCCESS && img.from_disk) {
     ++stats().disk_rejects;
     img = image_for(p, arch, false);
-    st = cuModuleLoadData(&module, img.bytes.data());
+    st = driver().module_load_data(&module, img.bytes.data());
   }
   driver_check(st, "cuda::kernels",
                cutrain::detail::cat("cuModuleLoadData of ", p.name, " (", img.target.gpu_architecture, ") on cuda:", device));
@@ -392,7 +430,7 @@ class DeviceScope {
  public:
   explicit DeviceScope(int device) : guard_(device) {
     CUcontext ctx = nullptr;
-    if (cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr)
+    if (detail::driver().ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr)
       cuda::check(cudaFree(nullptr), "cuda::kernels", "cudaFree(0) to create the primary context");
   }
 
@@ -419,7 +457,7 @@ inline CUfunction function(int device, const Program& p, std::string_view kernel
   if (f == m.functions.end()) {
     CUfunction fn = nullptr;
     const std::string name(kernel);
-    detail::driver_check(cuModuleGetFunction(&fn, m.module, name.c_str()), "cuda::kernels",
+    detail::driver_check(detail::driver().module_get_function(&fn, m.module, name.c_str()), "cuda::kernels",
                          cutrain::detail::cat("cuModuleGetFunction(", name, ") in ", p.name));
     f = m.functions.emplace(name, fn).first;
   }
@@ -433,8 +471,8 @@ void launch(CUfunction f, dim3 grid, dim3 block, std::string_view op, const Args
   static_assert(((std::is_pointer_v<Args> || (std::is_arithmetic_v<Args> && sizeof(Args) >= 4)) && ...),
                 "kernel arguments are pointers or 4- and 8-byte numbers");
   void* params[] = {const_cast<void*>(static_cast<const void*>(&args))...};
-  detail::driver_check(cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, 0, current_stream(), params,
-                                      nullptr),
+  detail::driver_check(detail::driver().launch_kernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, 0,
+                                                     current_stream(), params, nullptr),
                        op, "cuLaunchKernel");
 }
 
