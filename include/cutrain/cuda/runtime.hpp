@@ -138,9 +138,9 @@ inline void* workspace(int device, std::size_t bytes) {
   Handles& h = handles(device);
   if (bytes == 0) return nullptr;
   if (h.workspace.bytes() < bytes) {
-    // Work queued on the stream may still use the old arena: wait before it is freed.
+    // Work queued on this thread's stream may still use the old arena: wait before it goes back
+    // to the allocator's cache, from where another stream could take it.
     check(cudaStreamSynchronize(current_stream()), "cuda::workspace", "cudaStreamSynchronize");
-    h.workspace = Storage(0, Device::cuda(device));
     h.workspace = Storage(bytes + bytes / 4, Device::cuda(device));
   }
   return h.workspace.data();

@@ -30,10 +30,16 @@ bool strict_f32() {
   return std::is_same_v<T, float> && !math_options().allow_tf32;
 }
 
-inline std::vector<std::int64_t> pre(const Conv2dParams& p) { return {p.pad_top, p.pad_left}; }
-inline std::vector<std::int64_t> post(const Conv2dParams& p) { return {p.pad_bottom, p.pad_right}; }
-inline std::vector<std::int64_t> stride(const Conv2dParams& p) { return {p.stride_h, p.stride_w}; }
-inline std::vector<std::int64_t> dilation(const Conv2dParams& p) { return {p.dilation_h, p.dilation_w}; }
+// The padding, stride and dilation of p on any of the frontend's conv attribute types.
+template <class Attributes>
+Attributes conv_attributes(const Conv2dParams& p) {
+  Attributes a;
+  a.set_pre_padding({p.pad_top, p.pad_left})
+      .set_post_padding({p.pad_bottom, p.pad_right})
+      .set_stride({p.stride_h, p.stride_w})
+      .set_dilation({p.dilation_h, p.dilation_w});
+  return a;
+}
 
 // [K] bias as the [1, K, 1, 1] tensor a pointwise op broadcasts.
 inline Shape bias_dims(std::int64_t k) { return {1, k, 1, 1}; }
@@ -57,11 +63,7 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
     auto g = detail::new_graph<T>();
     auto X = tensor(*g, "x", x);
     auto W = tensor(*g, "w", w);
-    auto Y = g->conv_fprop(X, W, fe::graph::Conv_fprop_attributes()
-                                     .set_pre_padding(detail::pre(p))
-                                     .set_post_padding(detail::post(p))
-                                     .set_stride(detail::stride(p))
-                                     .set_dilation(detail::dilation(p)));
+    auto Y = g->conv_fprop(X, W, detail::conv_attributes<fe::graph::Conv_fprop_attributes>(p));
     BuiltGraph b{g, {X, W}, 0};
     if (has_bias) {
       auto B = tensor(*g, "bias", detail::bias_dims(w.dim(0)), detail::bias_strides(w.dim(0)), fe_type<T>::value);
@@ -96,11 +98,7 @@ void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dP
     auto g = detail::new_graph<T>();
     auto DY = tensor(*g, "dy", dy);
     auto W = tensor(*g, "w", w);
-    auto DX = g->conv_dgrad(DY, W, fe::graph::Conv_dgrad_attributes()
-                                       .set_pre_padding(detail::pre(p))
-                                       .set_post_padding(detail::post(p))
-                                       .set_stride(detail::stride(p))
-                                       .set_dilation(detail::dilation(p)));
+    auto DX = g->conv_dgrad(DY, W, detail::conv_attributes<fe::graph::Conv_dgrad_attributes>(p));
     BuiltGraph b{g, {DY, W}, 0};
     if (fused) {
       DX->set_dim(dx.shape().dims()).set_stride(dx.strides());
@@ -130,11 +128,7 @@ void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2
     auto g = detail::new_graph<T>();
     auto DY = tensor(*g, "dy", dy);
     auto X = tensor(*g, "x", x);
-    auto DW = g->conv_wgrad(DY, X, fe::graph::Conv_wgrad_attributes()
-                                       .set_pre_padding(detail::pre(p))
-                                       .set_post_padding(detail::post(p))
-                                       .set_stride(detail::stride(p))
-                                       .set_dilation(detail::dilation(p)));
+    auto DW = g->conv_wgrad(DY, X, detail::conv_attributes<fe::graph::Conv_wgrad_attributes>(p));
     DW->set_output(true).set_dim(dw.shape().dims()).set_stride(dw.strides()).set_data_type(fe_type<T>::value);
     build(*g, handles(dev).cudnn, op, key, strict);
     return BuiltGraph{g, {DY, X, DW}, g->get_workspace_size()};
