@@ -1,0 +1,112 @@
+// Whole training steps and host overhead on the GPU, against PyTorch (bench/torch_train.py runs
+// the same work the same way and prints the ratios):
+//  - one training step (forward, loss, zero_grad, backward, AdamW) of the reference Fashion-MNIST
+//    CNN (nn::fashion_mnist_cnn), f32, batch 128 and 512, one fixed batch on the device;
+//  - host time per call of a tiny cached op (relu and conv on 1x8x8x8), no synchronization
+//    inside the loop: what the dispatch, the graph-cache lookup and the launch cost.
+// Timing as in ../shared/DESIGN.md: CUDA events around one step, median of 30 after warm-up.
+//   build/bench/bench_train_gpu --benchmark_out=train.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+
+#include <cutrain/cutrain.hpp>
+#include <cutrain/nn.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using namespace cutrain;
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+void train_step(benchmark::State& state, std::int64_t batch) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const Device dev = Device::cuda(0);
+  Rng init(1), data(2);
+  auto net = nn::fashion_mnist_cnn<float>(init);
+  net.to(dev);
+  optim::AdamW<float> opt(net.parameters(), {.lr = 1e-3, .weight_decay = 5e-4});
+  auto x = Tensor<float>::uniform(Shape{batch, 1, 28, 28}, data, -1.0, 1.0, {.layout = Layout::nchw}).to(dev);
+  Tensor<std::int32_t> y_host(Shape{batch});
+  for (std::int64_t i = 0; i < batch; ++i) y_host.data()[i] = static_cast<std::int32_t>(data.below(10));
+  auto y = y_host.to(dev);
+  auto step = [&] {
+    auto loss = nn::cross_entropy(net(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  for (int i = 0; i < 10; ++i) step();  // builds the graphs, compiles the kernels, fills the caches
+  cuda::synchronize();
+  cuda::Event a, b;
+  std::vector<double> ms;
+  for (auto _ : state) {
+    a.record();
+    step();
+    b.record();
+    b.synchronize();
+    const double t = b.elapsed_ms(a);
+    ms.push_back(t);
+    state.SetIterationTime(t / 1e3);
+  }
+  state.counters["ms_per_step"] = median(ms);
+  state.counters["samples_per_s"] = static_cast<double>(batch) / (median(ms) / 1e3);
+}
+
+// Host microseconds per call of op, launched back to back (the GPU runs behind).
+template <class F>
+void host_overhead(benchmark::State& state, F op) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  for (int i = 0; i < 20; ++i) op();
+  cuda::synchronize();
+  std::vector<double> us;
+  constexpr int calls = 200;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) op();
+    const auto t1 = std::chrono::steady_clock::now();
+    cuda::synchronize();
+    const double per = std::chrono::duration<double, std::micro>(t1 - t0).count() / calls;
+    us.push_back(per);
+    state.SetIterationTime(per / 1e6);
+  }
+  state.counters["host_us_per_op"] = median(us);
+}
+
+void tiny_relu(benchmark::State& state) {
+  Rng rng(3);
+  auto x = Tensor<float>::uniform(Shape{1, 8, 8, 8}, rng, -1, 1, {.layout = Layout::nchw}).to(Device::cuda(0));
+  host_overhead(state, [&] { benchmark::DoNotOptimize(ops::activation_forward(x, {.kind = Activation::relu})); });
+}
+
+void tiny_conv(benchmark::State& state) {
+  Rng rng(4);
+  const Device dev = Device::cuda(0);
+  auto x = Tensor<float>::uniform(Shape{1, 8, 8, 8}, rng, -1, 1, {.layout = Layout::nchw}).to(dev);
+  auto w = Tensor<float>::uniform(Shape{8, 8, 3, 3}, rng, -1, 1, {.layout = Layout::nchw}).to(dev);
+  const Conv2dParams p = Conv2dParams::make(1, 1);
+  host_overhead(state, [&] { benchmark::DoNotOptimize(ops::conv2d_forward(x, w, Tensor<float>{}, p)); });
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(train_step, fmnet_b128_fp32_eager, 128)->Name("train/fmnet_b128_fp32_eager")
+    ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(train_step, fmnet_b512_fp32_eager, 512)->Name("train/fmnet_b512_fp32_eager")
+    ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(tiny_relu)->Name("host/tiny_relu")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(tiny_conv)->Name("host/tiny_conv")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+BENCHMARK_MAIN();
