@@ -1,7 +1,8 @@
 // Whole training steps and host overhead on the GPU, against PyTorch (bench/torch_train.py runs
 // the same work the same way and prints the ratios):
 //  - one training step (forward, loss, zero_grad, backward, AdamW) of the reference Fashion-MNIST
-//    CNN (nn::fashion_mnist_cnn), f32, batch 128 and 512, one fixed batch on the device;
+//    CNN (nn::fashion_mnist_cnn), f32, batch 128 and 512, one fixed batch on the device, eager
+//    and replayed from a CUDA graph (cuda::CudaGraph);
 //  - host time per call of a tiny cached op (relu and conv on 1x8x8x8), no synchronization
 //    inside the loop: what the dispatch, the graph-cache lookup and the launch cost.
 // Timing as in ../shared/DESIGN.md: CUDA events around one step, median of 30 after warm-up.
@@ -25,12 +26,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void train_step(benchmark::State& state, std::int64_t batch) {
+void train_step(benchmark::State& state, std::int64_t batch, bool graphed) {
   if (!cuda::available()) {
     state.SkipWithError("no CUDA device");
     return;
   }
   const Device dev = Device::cuda(0);
+  cuda::Stream stream;  // a CUDA graph cannot be captured on the default stream; both modes use this one
+  cuda::StreamGuard on(stream.get());
   Rng init(1), data(2);
   auto net = nn::fashion_mnist_cnn<float>(init);
   net.to(dev);
@@ -46,12 +49,18 @@ void train_step(benchmark::State& state, std::int64_t batch) {
     opt.step();
   };
   for (int i = 0; i < 10; ++i) step();  // builds the graphs, compiles the kernels, fills the caches
+  cuda::CudaGraph graph;
+  if (graphed) {
+    graph.capture(step);
+    for (int i = 0; i < 5; ++i) graph.replay();
+  }
   cuda::synchronize();
   cuda::Event a, b;
   std::vector<double> ms;
   for (auto _ : state) {
     a.record();
-    step();
+    if (graphed) graph.replay();
+    else step();
     b.record();
     b.synchronize();
     const double t = b.elapsed_ms(a);
@@ -102,9 +111,13 @@ void tiny_conv(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(train_step, fmnet_b128_fp32_eager, 128)->Name("train/fmnet_b128_fp32_eager")
+BENCHMARK_CAPTURE(train_step, fmnet_b128_fp32_eager, 128, false)->Name("train/fmnet_b128_fp32_eager")
     ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(train_step, fmnet_b512_fp32_eager, 512)->Name("train/fmnet_b512_fp32_eager")
+BENCHMARK_CAPTURE(train_step, fmnet_b128_fp32_cudagraph, 128, true)->Name("train/fmnet_b128_fp32_cudagraph")
+    ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(train_step, fmnet_b512_fp32_eager, 512, false)->Name("train/fmnet_b512_fp32_eager")
+    ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(train_step, fmnet_b512_fp32_cudagraph, 512, true)->Name("train/fmnet_b512_fp32_cudagraph")
     ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(tiny_relu)->Name("host/tiny_relu")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(tiny_conv)->Name("host/tiny_conv")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);

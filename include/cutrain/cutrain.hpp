@@ -5,5 +5,6 @@
 #include "cutrain/cpu.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cuda_graph.hpp"
 #include "cutrain/cuda/runtime.hpp"
 #endif

@@ -10,6 +10,7 @@
 #include "cutrain/nn/layers.hpp"
 #include "cutrain/nn/linear.hpp"
 #include "cutrain/nn/loss.hpp"
+#include "cutrain/nn/checkpoint.hpp"
 #include "cutrain/nn/models.hpp"
 #include "cutrain/nn/module.hpp"
 #include "cutrain/nn/residual.hpp"

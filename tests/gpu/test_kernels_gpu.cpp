@@ -340,6 +340,11 @@ void run_cross_entropy(std::int64_t N, std::int64_t C, const CrossEntropyParams&
   auto grad2 = ops::cross_entropy_backward(logits, labels, static_cast<T>(dloss), p);
   CHECK(grad2.shape() == Shape{N, C});
   check_close(tag + " ops::cross_entropy_backward", grad2, grad_ref);
+  // dloss read on the device (what autograd passes, so that backward never copies to the host).
+  Tensor<T> dloss_dev(Shape{}, {.device = Device::cuda(0)});
+  dloss_dev.fill(static_cast<T>(dloss));
+  auto grad3 = ops::cross_entropy_backward(logits, labels, dloss_dev, p);
+  check_close(tag + " ops::cross_entropy_backward, dloss on the device", grad3, grad_ref);
   cuda::synchronize();
   std::printf("%-60s ok\n", tag.c_str());
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -47,6 +48,19 @@ std::vector<std::shared_ptr<Node<T>>> topological_order(const std::shared_ptr<No
   return post;
 }
 
+// d root / d root = 1 for a scalar root. On a GPU a ones tensor is kept per device, shape and
+// thread and copied device to device: filling one from the host on each backward would be a
+// host-to-device copy, which a CUDA graph capture cannot record.
+template <class T>
+Tensor<T> ones_seed(const Tensor<T>& root) {
+  if (root.device().is_cpu()) return Tensor<T>::full(root.shape(), T(1));
+  thread_local std::unordered_map<std::string, Tensor<T>> ones;
+  const std::string key = cutrain::detail::cat(root.device(), root.shape());
+  auto it = ones.find(key);
+  if (it == ones.end()) it = ones.emplace(key, Tensor<T>::full(root.shape(), T(1), {.device = root.device()})).first;
+  return it->second.clone();  // the copy: a gradient may be changed in place later (clipping)
+}
+
 template <class T>
 void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
   constexpr std::string_view op = "backward";
@@ -56,7 +70,7 @@ void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
   if (!seed.defined()) {
     CUTRAIN_REQUIRE(root.value.numel() == 1, InvalidArgument, op, "the root ", root.value.describe(),
                     " is not a scalar: pass a seed gradient of its shape, backward(seed)");
-    seed = Tensor<T>::full(root.value.shape(), T(1), {.device = root.value.device()});
+    seed = ones_seed(root.value);
   } else {
     CUTRAIN_REQUIRE(seed.shape() == root.value.shape(), InvalidArgument, op, "seed ", seed.describe(),
                     " must have the root's shape ", root.value.shape());

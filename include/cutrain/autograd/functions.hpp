@@ -552,8 +552,8 @@ struct CrossEntropyFn final : Node<T> {
   }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
     std::vector<Tensor<T>> g(1);
-    // The op takes dloss as a number: one element copied to the host (a sync on the GPU).
-    if (this->needs_grad(0)) g[0] = ops::cross_entropy_backward(logits, labels, dy.to_vector()[0], p);
+    // dloss stays where it is (no copy to the host on the GPU).
+    if (this->needs_grad(0)) g[0] = ops::cross_entropy_backward(logits, labels, dy, p);
     return g;
   }
   void release_saved() override { logits = {}; labels = {}; }

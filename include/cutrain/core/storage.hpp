@@ -16,6 +16,7 @@
 #ifdef CUTRAIN_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -53,6 +54,39 @@ inline cudaStream_t& thread_stream() {
   return s;
 }
 
+// Non-null while this thread captures a CUDA graph: the tag of the graph's private memory pool
+// (cuda::CudaGraph sets it), under which the allocator files the blocks the captured work uses.
+inline cudaStream_t& capture_pool() {
+  thread_local cudaStream_t pool = nullptr;
+  return pool;
+}
+
+// Set while an OutsideCapturePool pauses the capture pool (the stream is still being captured).
+inline cudaStream_t& paused_capture_pool() {
+  thread_local cudaStream_t pool = nullptr;
+  return pool;
+}
+
+// During a capture, allocates from the ordinary cache instead of the graph's pool, for memory
+// whose content the host writes before each replay (an optimizer's hyperparameters): a pool
+// block may have served a temporary earlier in the captured work, which every replay rewrites.
+class OutsideCapturePool {
+ public:
+  OutsideCapturePool() : saved_(capture_pool()) {
+    paused_capture_pool() = saved_;
+    capture_pool() = nullptr;
+  }
+  ~OutsideCapturePool() {
+    capture_pool() = saved_;
+    paused_capture_pool() = nullptr;
+  }
+  OutsideCapturePool(const OutsideCapturePool&) = delete;
+  OutsideCapturePool& operator=(const OutsideCapturePool&) = delete;
+
+ private:
+  cudaStream_t saved_;
+};
+
 // A caching allocator for device memory, as in PyTorch: a freed block goes back to a free list
 // keyed by (device, stream, rounded size) and the next allocation of that size on that stream
 // takes it, so after warm-up the hot path makes no cudaMalloc or cudaFree (which would also
@@ -82,13 +116,41 @@ class DeviceCache {
       }
     }
     DeviceGuard g(device);
+    // cudaMalloc is not a stream operation, so a capture would refuse it; the block belongs to
+    // the graph's pool, which outlives every replay, so allocating it now is what we want.
+    const bool relax = capture_pool() != nullptr || paused_capture_pool() != nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (relax) cudaThreadExchangeStreamCaptureMode(&mode);
     void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaError_t st = cudaMalloc(&p, bytes);
+    if (st != cudaSuccess && !relax) {
       (void)cudaGetLastError();
       empty();  // out of memory: give back what is cached and try once more
-      cuda_check(cudaMalloc(&p, bytes), "Storage", cat("cudaMalloc of ", bytes, " bytes on cuda:", device));
+      st = cudaMalloc(&p, bytes);
     }
+    if (relax) cudaThreadExchangeStreamCaptureMode(&mode);
+    cuda_check(st, "Storage", cat("cudaMalloc of ", bytes, " bytes on cuda:", device));
     return p;
+  }
+
+  // A fresh tag for a CUDA graph's private pool (never a real stream's handle).
+  cudaStream_t new_pool() {
+    std::lock_guard lock(mutex_);
+    auto* tag = reinterpret_cast<cudaStream_t>(new char);
+    live_pools_.push_back(tag);
+    return tag;
+  }
+  // The graph is gone: its free blocks go back to CUDA. Blocks still held by tensors come back
+  // to the pool's list later and are freed by the next empty().
+  void retire_pool(cudaStream_t tag) noexcept {
+    std::lock_guard lock(mutex_);
+    std::erase(live_pools_, tag);
+    for (auto& [key, list] : free_) {
+      if (key.stream != tag) continue;
+      for (void* p : list) cudaFree(p);
+      cached_bytes_ -= key.bytes * list.size();
+      list.clear();
+    }
   }
 
   void release(void* p, std::size_t bytes, int device, cudaStream_t stream) noexcept {
@@ -101,14 +163,17 @@ class DeviceCache {
     }
   }
 
+  // Frees every cached block, except those of live graph pools (their addresses are baked into
+  // the graphs, which write them on each replay).
   void empty() {
     std::lock_guard lock(mutex_);
     for (auto& [key, list] : free_) {
+      if (std::find(live_pools_.begin(), live_pools_.end(), key.stream) != live_pools_.end()) continue;
       DeviceGuard g(key.device);
       for (void* p : list) cudaFree(p);
+      cached_bytes_ -= key.bytes * list.size();
       list.clear();
     }
-    cached_bytes_ = 0;
   }
 
   std::size_t cached_bytes() {
@@ -131,6 +196,7 @@ class DeviceCache {
   };
   std::mutex mutex_;
   std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
+  std::vector<cudaStream_t> live_pools_;
   std::size_t cached_bytes_ = 0;
 };
 #endif
@@ -151,7 +217,7 @@ class Storage {
       return;
     }
 #ifdef CUTRAIN_WITH_CUDA
-    stream_ = detail::thread_stream();
+    stream_ = detail::capture_pool() ? detail::capture_pool() : detail::thread_stream();
     block_ = detail::DeviceCache::round(bytes);
     ptr_ = detail::DeviceCache::instance().allocate(block_, device.index, stream_);
 #else
@@ -215,13 +281,17 @@ inline void zero_bytes(void* dst, Device dev, std::size_t bytes) {
   }
 #ifdef CUTRAIN_WITH_CUDA
   detail::DeviceGuard g(dev.index);
-  detail::cuda_check(cudaMemset(dst, 0, bytes), "zero_bytes", detail::cat("cudaMemset of ", bytes, " bytes on ", dev));
+  // On this thread's stream, in order with the ops (and recorded when it is being captured).
+  detail::cuda_check(cudaMemsetAsync(dst, 0, bytes, detail::thread_stream()), "zero_bytes",
+                     detail::cat("cudaMemsetAsync of ", bytes, " bytes on ", dev));
 #else
   detail::no_cuda("zero_bytes");
 #endif
 }
 
-// Copies bytes between any two devices (synchronously).
+// Copies bytes between any two devices, on this thread's stream, in order with the ops queued on
+// it. A copy that involves host memory returns once it is done; a device-to-device copy is
+// queued (and so can be recorded in a CUDA graph).
 inline void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, std::size_t bytes) {
   if (bytes == 0) return;
   if (dst_dev.is_cpu() && src_dev.is_cpu()) {
@@ -232,8 +302,12 @@ inline void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_de
   const auto kind = dst_dev.is_cpu() ? cudaMemcpyDeviceToHost
                     : src_dev.is_cpu() ? cudaMemcpyHostToDevice
                                        : cudaMemcpyDeviceToDevice;
-  detail::cuda_check(cudaMemcpy(dst, src, bytes, kind), "copy_bytes",
-                     detail::cat("cudaMemcpy of ", bytes, " bytes from ", src_dev, " to ", dst_dev));
+  const cudaStream_t s = detail::thread_stream();
+  detail::cuda_check(cudaMemcpyAsync(dst, src, bytes, kind, s), "copy_bytes",
+                     detail::cat("cudaMemcpyAsync of ", bytes, " bytes from ", src_dev, " to ", dst_dev));
+  if (kind != cudaMemcpyDeviceToDevice)
+    detail::cuda_check(cudaStreamSynchronize(s), "copy_bytes",
+                       detail::cat("waiting for the copy of ", bytes, " bytes from ", src_dev, " to ", dst_dev));
 #else
   detail::no_cuda("copy_bytes");
 #endif

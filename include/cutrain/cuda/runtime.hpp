@@ -45,6 +45,21 @@ inline bool available() { return device_count() > 0; }
 // with a StreamGuard.
 inline cudaStream_t& current_stream() { return cutrain::detail::thread_stream(); }
 
+// Whether this thread's stream is being captured into a CUDA graph.
+inline bool capturing() {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(current_stream(), &st), "cuda::capturing", "cudaStreamIsCapturing");
+  return st != cudaStreamCaptureStatusNone;
+}
+
+// Throws when this thread is capturing: for the code paths that would build a plan, load a
+// kernel or allocate scratch memory, which must all happen in a warm-up step before capture.
+inline void require_not_capturing(std::string_view op, std::string_view what) {
+  if (capturing())
+    throw InvalidArgument(op, cutrain::detail::cat(what, " during CUDA graph capture; run one step outside capture "
+                                                         "(a warm-up step) before capturing it"));
+}
+
 // Returns the device memory cached by cutrain's allocator to CUDA.
 inline void empty_cache() { cutrain::detail::DeviceCache::instance().empty(); }
 inline std::size_t cached_bytes() { return cutrain::detail::DeviceCache::instance().cached_bytes(); }
@@ -138,6 +153,7 @@ inline void* workspace(int device, std::size_t bytes) {
   Handles& h = handles(device);
   if (bytes == 0) return nullptr;
   if (h.workspace.bytes() < bytes) {
+    require_not_capturing("cuda::workspace", cutrain::detail::cat("growing the workspace arena to ", bytes, " bytes"));
     // Work queued on this thread's stream may still use the old arena: wait before it goes back
     // to the allocator's cache, from where another stream could take it.
     check(cudaStreamSynchronize(current_stream()), "cuda::workspace", "cudaStreamSynchronize");

@@ -30,7 +30,11 @@ void check_cross_entropy(std::string_view op, const Tensor<T>& logits, const Ten
                   "the mean over an empty batch is undefined: logits ", logits.describe());
   CUTRAIN_REQUIRE(p.label_smoothing >= 0.0 && p.label_smoothing < 1.0, InvalidArgument, op,
                   "label_smoothing must be in [0, 1), got ", p.label_smoothing);
-  // Labels index the logits: an out-of-range one would read outside the row.
+  // Labels index the logits: an out-of-range one would read outside the row. Under CUDA graph
+  // capture the host cannot read them; the kernel then turns a bad label into a NaN loss.
+#ifdef CUTRAIN_WITH_CUDA
+  if (!labels.device().is_cpu() && cuda::capturing()) return;
+#endif
   const auto lab = labels.to_vector();
   for (std::size_t i = 0; i < lab.size(); ++i)
     CUTRAIN_REQUIRE(lab[i] >= 0 && lab[i] < C, InvalidArgument, op, "label ", lab[i], " at index ", i,
@@ -80,6 +84,31 @@ Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int3
   } else {
     detail::gpu_dtype_unsupported<T>(op);
   }
+#endif
+  return {};
+}
+
+// The same with dloss as a one-element tensor on the logits' device: on the GPU the kernel reads
+// it there, so backward needs no copy to the host (and can be captured in a CUDA graph).
+template <class T>
+Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int32_t>& labels, const Tensor<T>& dloss,
+                                 const CrossEntropyParams& p = {}) {
+  constexpr std::string_view op = "cross_entropy_backward";
+  check::defined(op, dloss, "dloss");
+  CUTRAIN_REQUIRE(dloss.numel() == 1 && dloss.device() == logits.device(), InvalidArgument, op,
+                  "dloss must be one element on the device of logits ", logits.describe(), ", got ", dloss.describe());
+  if (dloss.device().is_cpu()) return cross_entropy_backward(logits, labels, dloss.to_vector()[0], p);
+  detail::check_cross_entropy(op, logits, labels, p);
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    Tensor<T> dlogits = detail::device_output<T>(logits.shape(), logits);
+    cuda::kernels::cross_entropy_backward(logits, labels, dloss, p, dlogits);
+    return dlogits;
+  } else {
+    detail::gpu_dtype_unsupported<T>(op);
+  }
+#else
+  cutrain::detail::no_cuda(op);
 #endif
   return {};
 }

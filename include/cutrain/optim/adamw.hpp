@@ -4,10 +4,13 @@
 //   w -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "cutrain/core/checkpoint.hpp"
 #include "cutrain/optim/optimizer.hpp"
 
 namespace cutrain::optim {
@@ -31,29 +34,42 @@ class AdamW : public Optimizer<T> {
                     "eps and weight_decay must be >= 0");
   }
 
+  // Under CUDA graph capture the update is recorded, not run: each replay counts the step and
+  // reads the learning rate set by then (set_lr), through the graph's hook.
   void step() {
     constexpr std::string_view op = "optim::AdamW::step";
+#ifdef CUTRAIN_WITH_CUDA
+    std::vector<std::size_t> captured;
+#endif
     for (std::size_t k = 0; k < this->params_.size(); ++k) {
       auto& p = this->params_[k];
       if (!p.grad().defined()) continue;
       auto [w, g] = this->prepare(op, p);
       State& s = state_[k];
+#ifdef CUTRAIN_WITH_CUDA
+      if (this->capturing_on(*w)) this->require_state(op, s.m.defined());
+#endif
       if (!s.m.defined()) {
         s.m = this->zeros_like(*w);
         s.v = this->zeros_like(*w);
       }
-      const std::int64_t t = ++s.step;
       if (!w->device().is_cpu()) {
 #ifdef CUTRAIN_WITH_CUDA
         if constexpr (std::same_as<T, float>) {
+          const bool capture = this->capturing_on(*w);
+          const float* hyper = capture ? this->hyper(k, w->device()) : nullptr;
+          if (capture) captured.push_back(k);
+          else ++s.step;
           cuda::kernels::adamw_step(*w, g, s.m, s.v,
                                     {.lr = this->lr_, .beta1 = opts_.beta1, .beta2 = opts_.beta2, .eps = opts_.eps,
-                                     .weight_decay = opts_.weight_decay, .step = t});
+                                     .weight_decay = opts_.weight_decay, .step = std::max<std::int64_t>(s.step, 1)},
+                                    hyper);
           continue;
         }
 #endif
         this->no_gpu_path(op, *w);
       }
+      const std::int64_t t = ++s.step;
       const double lr = this->lr_, b1 = opts_.beta1, b2 = opts_.beta2;
       const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(t)));
       const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)));
@@ -72,11 +88,88 @@ class AdamW : public Optimizer<T> {
         wd[i] = static_cast<T>(wi - step_size * mi / (std::sqrt(vi) / bc2_sqrt + opts_.eps));
       }
     }
+#ifdef CUTRAIN_WITH_CUDA
+    if (!captured.empty())
+      this->on_replay(op, [this, captured] {
+        for (std::size_t k : captured) {
+          const double t = static_cast<double>(++state_[k].step);
+          float* h = this->hyper_host_.data() + k * this->hyper_width;
+          h[0] = static_cast<float>(this->lr_);
+          h[1] = static_cast<float>(this->lr_ / (1.0 - std::pow(opts_.beta1, t)));
+          h[2] = static_cast<float>(std::sqrt(1.0 - std::pow(opts_.beta2, t)));
+        }
+      });
+#endif
   }
   const AdamWOptions& options() const { return opts_; }
   std::int64_t step_count(std::size_t k) const { return state_.at(k).step; }
   const Tensor<T>& exp_avg(std::size_t k) const { return state_.at(k).m; }
   const Tensor<T>& exp_avg_sq(std::size_t k) const { return state_.at(k).v; }
+
+  // Writes the learning rate and, per parameter, its shape, step count and (once it has taken a
+  // step) exp_avg and exp_avg_sq under prefix (prefix.lr, prefix.<k>.step, ...). The options
+  // are not saved: they belong to the code that builds the optimizer.
+  void save_state(Checkpoint& ckpt, const std::string& prefix) const {
+    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
+    ckpt.put_string(key("type"), "optim::AdamW");
+    ckpt.put_double(key("lr"), this->lr_);
+    ckpt.put_int(key("params"), static_cast<std::int64_t>(this->params_.size()));
+    for (std::size_t k = 0; k < this->params_.size(); ++k) {
+      const std::string p = key(std::to_string(k));
+      const State& s = state_[k];
+      ckpt.put_string(p + ".shape", this->params_[k].shape().str());
+      ckpt.put_int(p + ".step", s.step);
+      // erase: a checkpoint object reused across saves must not keep older moments.
+      if (s.m.defined()) {
+        ckpt.put(p + ".exp_avg", s.m);
+        ckpt.put(p + ".exp_avg_sq", s.v);
+      } else {
+        ckpt.erase(p + ".exp_avg");
+        ckpt.erase(p + ".exp_avg_sq");
+      }
+    }
+  }
+
+  // Restores what save_state wrote onto the parameters' devices and layouts. Checks the type,
+  // the parameter count, every shape, dtype and step count first: on any mismatch it throws and
+  // the optimizer is unchanged.
+  void load_state(const Checkpoint& ckpt, const std::string& prefix) {
+    constexpr std::string_view op = "optim::AdamW::load_state";
+    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
+    CUTRAIN_REQUIRE(ckpt.contains(key("type")), InvalidArgument, op, "the checkpoint has no optimizer state under \"",
+                    prefix, "\"");
+    const std::string type = ckpt.get_string(key("type"));
+    CUTRAIN_REQUIRE(type == "optim::AdamW", InvalidArgument, op, "\"", prefix, "\" holds ", type,
+                    " state, not optim::AdamW");
+    const double lr = ckpt.get_double(key("lr"));
+    CUTRAIN_REQUIRE(lr >= 0 && std::isfinite(lr), InvalidArgument, op, "saved lr must be finite and >= 0, got ", lr);
+    const std::int64_t n = ckpt.get_int(key("params"));
+    CUTRAIN_REQUIRE(n == static_cast<std::int64_t>(this->params_.size()), InvalidArgument, op, "the checkpoint has state for ",
+                    n, " parameters, this optimizer has ", this->params_.size());
+    std::vector<State> staged(this->params_.size());
+    for (std::size_t k = 0; k < this->params_.size(); ++k) {
+      const std::string p = key(std::to_string(k));
+      const Tensor<T>& w = this->params_[k].value();
+      const std::string shape = ckpt.get_string(p + ".shape");
+      CUTRAIN_REQUIRE(shape == w.shape().str(), InvalidArgument, op, "parameter ", k, " is ", w.describe(),
+                      " but the checkpoint's parameter ", k, " has shape ", shape);
+      State& s = staged[k];
+      s.step = ckpt.get_int(p + ".step");
+      // step() creates both moments on a parameter's first step: a step count without them (or
+      // moments without a step) is not a state this optimizer can be in.
+      const bool has_m = ckpt.contains(p + ".exp_avg"), has_v = ckpt.contains(p + ".exp_avg_sq");
+      CUTRAIN_REQUIRE(s.step >= 0 && has_m == has_v && has_m == (s.step > 0), InvalidArgument, op, "parameter ", k,
+                      " has step count ", s.step, (has_m ? " with" : " without"), " exp_avg and",
+                      (has_v ? " with" : " without"), " exp_avg_sq");
+      if (has_m) {
+        s.m = ckpt.get_like(p + ".exp_avg", w);
+        s.v = ckpt.get_like(p + ".exp_avg_sq", w);
+      }
+    }
+    // Nothing below throws.
+    state_.swap(staged);
+    this->lr_ = lr;
+  }
 
  private:
   struct State {

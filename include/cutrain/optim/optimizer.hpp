@@ -12,6 +12,7 @@
 #include "cutrain/autograd/var.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cuda_graph.hpp"
 #include "cutrain/cuda/kernels/optim.hpp"
 #endif
 
@@ -51,6 +52,49 @@ class Optimizer {
   [[noreturn]] static void no_gpu_path(std::string_view op, const Tensor<T>& w) {
     throw NotImplemented(op, cutrain::detail::cat("parameters on the GPU must be f32, got ", w.describe()));
   }
+
+#ifdef CUTRAIN_WITH_CUDA
+  // CUDA graph support. A step captured in a graph must not freeze what changes from step to
+  // step (the learning rate, Adam's bias corrections): under capture the kernels read those from
+  // a small device array, hyper(k) for parameter k, which a hook of the graph rewrites from the
+  // host before each replay. The optimizer must outlive the graph and stay where it is.
+  static constexpr std::size_t hyper_width = 4;
+  static bool capturing_on(const Tensor<T>& w) { return !w.device().is_cpu() && cuda::capturing(); }
+  const float* hyper(std::size_t k, Device dev) {
+    if (!hyper_dev_.defined()) {
+      hyper_host_.assign(params_.size() * hyper_width, 0.0f);
+      // Not from the graph's pool: the host writes it before each replay, and a pool block may
+      // have served a temporary earlier in the captured work, which the replay rewrites.
+      cutrain::detail::OutsideCapturePool outside;
+      hyper_dev_ = Tensor<float>(Shape{static_cast<std::int64_t>(hyper_host_.size())}, {.device = dev});
+    }
+    return hyper_dev_.data() + k * hyper_width;
+  }
+  // Optimizer state made inside a capture would be zeroed by every replay: it must exist first.
+  static void require_state(std::string_view op, bool defined) {
+    CUTRAIN_REQUIRE(defined, InvalidArgument, op,
+                    "optimizer state is created by a parameter's first step; run one step outside capture (a "
+                    "warm-up step) before capturing it");
+  }
+  // Registers refresh (which fills hyper_host_) to run, then upload, before each replay.
+  template <class F>
+  void on_replay(std::string_view op, F refresh) {
+    cuda::CudaGraph* g = cuda::CudaGraph::capturing();
+    CUTRAIN_REQUIRE(g != nullptr, InvalidArgument, op,
+                    "the stream is being captured, but not by cuda::CudaGraph::capture: the learning rate and step "
+                    "count would be frozen in the graph");
+    g->on_replay([this, refresh]() mutable {
+      refresh();
+      // From pageable memory: the call returns once the bytes are staged, so the next refresh
+      // may overwrite hyper_host_ at once; the copy runs in stream order before the graph.
+      cuda::check(cudaMemcpyAsync(hyper_dev_.data(), hyper_host_.data(), hyper_host_.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice, cuda::current_stream()),
+                  "optim::Optimizer", "uploading the hyperparameters of a replayed step");
+    });
+  }
+  Tensor<float> hyper_dev_;
+  std::vector<float> hyper_host_;
+#endif
 
   std::vector<autograd::Var<T>> params_;
   double lr_;

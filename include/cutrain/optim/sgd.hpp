@@ -6,8 +6,11 @@
 #pragma once
 
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "cutrain/core/checkpoint.hpp"
 #include "cutrain/optim/optimizer.hpp"
 
 namespace cutrain::optim {
@@ -32,20 +35,31 @@ class SGD : public Optimizer<T> {
   }
 
   // One update of every parameter that has a gradient.
+  // Under CUDA graph capture the update is recorded, not run: each replay reads the learning
+  // rate set by then (set_lr), through the graph's hook.
   void step() {
     constexpr std::string_view op = "optim::SGD::step";
+#ifdef CUTRAIN_WITH_CUDA
+    std::vector<std::size_t> captured;
+#endif
     for (std::size_t k = 0; k < this->params_.size(); ++k) {
       auto& p = this->params_[k];
       if (!p.grad().defined()) continue;
       auto [w, g] = this->prepare(op, p);
       const bool first = opts_.momentum != 0 && !buffers_[k].defined();
+#ifdef CUTRAIN_WITH_CUDA
+      if (first && this->capturing_on(*w)) this->require_state(op, false);
+#endif
       if (first) buffers_[k] = this->zeros_like(*w);
       if (!w->device().is_cpu()) {
 #ifdef CUTRAIN_WITH_CUDA
         if constexpr (std::same_as<T, float>) {
+          const bool capture = this->capturing_on(*w);
+          if (capture) captured.push_back(k);
           cuda::kernels::sgd_step(*w, g, buffers_[k],
                                   {.lr = this->lr_, .momentum = opts_.momentum, .dampening = opts_.dampening,
-                                   .weight_decay = opts_.weight_decay, .nesterov = opts_.nesterov, .first_step = first});
+                                   .weight_decay = opts_.weight_decay, .nesterov = opts_.nesterov, .first_step = first},
+                                  capture ? this->hyper(k, w->device()) : nullptr);
           continue;
         }
 #endif
@@ -65,10 +79,67 @@ class SGD : public Optimizer<T> {
         wd[i] = static_cast<T>(static_cast<double>(wd[i]) - lr * gi);
       }
     }
+#ifdef CUTRAIN_WITH_CUDA
+    if (!captured.empty())
+      this->on_replay(op, [this, captured] {
+        for (std::size_t k : captured) {
+          float* h = this->hyper_host_.data() + k * this->hyper_width;
+          h[0] = static_cast<float>(this->lr_);
+          h[1] = 0.0f;  // never the first momentum step: the buffers exist before capture
+        }
+      });
+#endif
   }
   const SGDOptions& options() const { return opts_; }
   // The momentum buffer of parameter k (undefined before its first step or without momentum).
   const Tensor<T>& momentum_buffer(std::size_t k) const { return buffers_.at(k); }
+
+  // Writes the learning rate, every parameter's shape and the momentum buffers under prefix
+  // (prefix.lr, prefix.<k>.momentum_buffer, ...). A buffer not created yet (before the
+  // parameter's first step, or without momentum) is left out, and on load stays undefined.
+  // The options are not saved: they belong to the code that builds the optimizer.
+  void save_state(Checkpoint& ckpt, const std::string& prefix) const {
+    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
+    ckpt.put_string(key("type"), "optim::SGD");
+    ckpt.put_double(key("lr"), this->lr_);
+    ckpt.put_int(key("params"), static_cast<std::int64_t>(this->params_.size()));
+    for (std::size_t k = 0; k < this->params_.size(); ++k) {
+      const std::string p = key(std::to_string(k));
+      ckpt.put_string(p + ".shape", this->params_[k].shape().str());
+      // erase: a checkpoint object reused across saves must not keep an older buffer.
+      if (buffers_[k].defined()) ckpt.put(p + ".momentum_buffer", buffers_[k]);
+      else ckpt.erase(p + ".momentum_buffer");
+    }
+  }
+
+  // Restores what save_state wrote onto the parameters' devices and layouts. Checks the type,
+  // the parameter count, every shape and dtype first: on any mismatch it throws and the
+  // optimizer is unchanged.
+  void load_state(const Checkpoint& ckpt, const std::string& prefix) {
+    constexpr std::string_view op = "optim::SGD::load_state";
+    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
+    CUTRAIN_REQUIRE(ckpt.contains(key("type")), InvalidArgument, op, "the checkpoint has no optimizer state under \"",
+                    prefix, "\"");
+    const std::string type = ckpt.get_string(key("type"));
+    CUTRAIN_REQUIRE(type == "optim::SGD", InvalidArgument, op, "\"", prefix, "\" holds ", type, " state, not optim::SGD");
+    const double lr = ckpt.get_double(key("lr"));
+    CUTRAIN_REQUIRE(lr >= 0 && std::isfinite(lr), InvalidArgument, op, "saved lr must be finite and >= 0, got ", lr);
+    const std::int64_t n = ckpt.get_int(key("params"));
+    CUTRAIN_REQUIRE(n == static_cast<std::int64_t>(this->params_.size()), InvalidArgument, op, "the checkpoint has state for ",
+                    n, " parameters, this optimizer has ", this->params_.size());
+    std::vector<Tensor<T>> staged(this->params_.size());
+    for (std::size_t k = 0; k < this->params_.size(); ++k) {
+      const std::string p = key(std::to_string(k));
+      const Tensor<T>& w = this->params_[k].value();
+      const std::string shape = ckpt.get_string(p + ".shape");
+      CUTRAIN_REQUIRE(shape == w.shape().str(), InvalidArgument, op, "parameter ", k, " is ", w.describe(),
+                      " but the checkpoint's parameter ", k, " has shape ", shape);
+      if (ckpt.contains(p + ".momentum_buffer")) staged[k] = ckpt.get_like(p + ".momentum_buffer", w);
+    }
+    // Nothing below throws.
+    buffers_.swap(staged);
+    this->lr_ = lr;
+  }
 
  private:
   SGDOptions opts_;

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "cutrain/core/tensor.hpp"
+#include "cutrain/cuda/autotune/tuner.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
@@ -58,6 +59,7 @@ struct BuiltGraph {
   std::shared_ptr<fe::graph::Graph> graph;
   std::vector<TensorAttr> tensors;
   std::int64_t workspace = 0;
+  std::int64_t plan_index = -1;  // the plan the autotuner chose; -1: the graph's default (heuristics' choice)
 };
 
 // A signature cuDNN could not build, remembered so that asking again fails at once (and a
@@ -66,10 +68,12 @@ struct FailedGraph {
   std::string op, message;
 };
 
-// Validates, lowers and plans a graph with cuDNN's heuristics (the autotuner replaces this choice).
+// Validates, lowers and plans a graph with cuDNN's heuristics; in the autotuner's benchmark and
+// cached modes the autotuner plans it instead (cuda/autotune/tuner.hpp).
 inline void build(fe::graph::Graph& g, cudnnHandle_t handle, std::string_view op, const std::string& key, bool strict_f32) {
   CUTRAIN_FE_CHECK(g.validate(), op, key + ": validate");
   CUTRAIN_FE_CHECK(g.build_operation_graph(handle), op, key + ": build_operation_graph");
+  if (autotune::detail::plan(g, op, key, strict_f32)) return;
   CUTRAIN_FE_CHECK(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), op,
                    key + ": no cuDNN engine supports this combination (create_execution_plans)");
   if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE});
@@ -77,16 +81,39 @@ inline void build(fe::graph::Graph& g, cudnnHandle_t handle, std::string_view op
   CUTRAIN_FE_CHECK(g.build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), op, key + ": build_plans");
 }
 
+namespace detail {
+// This thread's built graphs, and the signatures that failed, by "device|key".
+struct GraphCache {
+  std::unordered_map<std::string, BuiltGraph> built;
+  std::unordered_map<std::string, FailedGraph> failed;
+};
+inline GraphCache& graph_cache() {
+  thread_local GraphCache c;
+  return c;
+}
+}  // namespace detail
+
+// Forgets this thread's built graphs (and failed signatures): the next call of each op builds,
+// and in a tuning mode tunes or looks up, its graph again.
+inline void clear_graph_cache() {
+  detail::graph_cache().built.clear();
+  detail::graph_cache().failed.clear();
+}
+
 // The graph for `key` on `device`, built by `make` at first use; later calls are a hash lookup.
+// The first build is where the autotuner picks the plan (in benchmark and cached modes).
 inline BuiltGraph& cached_graph(int device, const std::string& key, const std::function<BuiltGraph()>& make) {
-  thread_local std::unordered_map<std::string, BuiltGraph> cache;
-  thread_local std::unordered_map<std::string, FailedGraph> failed;
+  auto& [cache, failed] = detail::graph_cache();
   const std::string full = std::to_string(device) + "|" + key;
   auto it = cache.find(full);
   if (it != cache.end()) return it->second;
   if (auto f = failed.find(full); f != failed.end()) throw CudnnError(f->second.op, f->second.message);
+  require_not_capturing("cuda::cudnn", "building the cuDNN graph " + key);
   try {
-    return cache.emplace(full, make()).first->second;
+    autotune::PlanScope tuning(device, key);
+    BuiltGraph bg = make();
+    tuning.finish(*bg.graph, bg.tensors, bg.plan_index, bg.workspace);
+    return cache.emplace(full, std::move(bg)).first->second;
   } catch (const CudnnError& e) {
     // Keep the reason (the text after "cutrain::<op>: ") for the next caller.
     const std::string what = e.what();
@@ -113,7 +140,10 @@ inline void execute(const BuiltGraph& bg, int device, std::initializer_list<cons
   auto p = ptrs.begin();
   for (const auto& t : bg.tensors) pack.emplace(t, const_cast<void*>(*p++));
   void* ws = workspace(device, static_cast<std::size_t>(bg.workspace));
-  CUTRAIN_FE_CHECK(bg.graph->execute(handles(device).cudnn, pack, ws), op, key + ": execute");
+  if (bg.plan_index >= 0)
+    CUTRAIN_FE_CHECK(bg.graph->execute_plan_at_index(handles(device).cudnn, pack, ws, bg.plan_index), op, key + ": execute");
+  else
+    CUTRAIN_FE_CHECK(bg.graph->execute(handles(device).cudnn, pack, ws), op, key + ": execute");
 }
 
 inline std::string signature(const char* name, const Shape& s, const Strides& st) {

@@ -29,9 +29,10 @@ const Program& cross_entropy_program() {
 // into *dlogits, in one pass; either pointer may be null. Labels must lie in [0, C) (ops::
 // checks them on the host; here a bad one gives NaN). Outputs are contiguous; logits and labels
 // are staged to row-major.
+// dloss_dev (may be null): a one-element device tensor that scales the gradient too.
 template <GpuFloat T>
 void cross_entropy(const Tensor<T>& logits, const Tensor<std::int32_t>& labels, const CrossEntropyParams& p,
-                   double dloss, Tensor<T>* loss, Tensor<T>* dlogits) {
+                   double dloss, Tensor<T>* loss, Tensor<T>* dlogits, const Tensor<T>* dloss_dev = nullptr) {
   constexpr std::string_view op = "cuda::kernels::cross_entropy";
   detail::require_cuda_input(op, logits, "logits");
   detail::require_cuda_input(op, labels, "labels");
@@ -50,6 +51,11 @@ void cross_entropy(const Tensor<T>& logits, const Tensor<std::int32_t>& labels, 
                   "label_smoothing must be in [0, 1), got ", p.label_smoothing);
   if (loss) detail::require_output(op, *loss, Shape{}, logits.device(), "loss");
   if (dlogits) detail::require_output(op, *dlogits, logits.shape(), logits.device(), "dlogits");
+  if (dloss_dev) {
+    detail::require_cuda_input(op, *dloss_dev, "dloss");
+    CUTRAIN_REQUIRE(dloss_dev->numel() == 1 && dloss_dev->device() == logits.device(), InvalidArgument, op,
+                    "dloss must be one element on the logits' device ", logits.device(), ", got ", dloss_dev->describe());
+  }
   if (!loss && (!dlogits || N == 0)) return;
 
   const Tensor<T> xs = detail::staged(logits, Layout::row_major);
@@ -65,7 +71,7 @@ void cross_entropy(const Tensor<T>& logits, const Tensor<std::int32_t>& labels, 
   if (N > 0) {
     const unsigned threads = C <= 32 ? 32 : C <= 128 ? 128 : 256;  // a multiple of 32, as the block reductions need
     launch(function(dev, prog, "cutrain_cross_entropy_rows"), static_cast<unsigned>(N), threads, op, xs.data(),
-           ls.data(), C, eps, row_loss, grad, grad_scale);
+           ls.data(), C, eps, row_loss, grad, grad_scale, dloss_dev ? dloss_dev->data() : static_cast<const T*>(nullptr));
   }
   if (loss) {
     const int mean_flag = mean ? 1 : 0;
@@ -84,6 +90,12 @@ template <GpuFloat T>
 void cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int32_t>& labels, double dloss,
                             const CrossEntropyParams& p, Tensor<T>& dlogits) {
   cross_entropy(logits, labels, p, dloss, static_cast<Tensor<T>*>(nullptr), &dlogits);
+}
+// The same, with the upstream gradient in device memory (one element).
+template <GpuFloat T>
+void cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int32_t>& labels, const Tensor<T>& dloss,
+                            const CrossEntropyParams& p, Tensor<T>& dlogits) {
+  cross_entropy(logits, labels, p, 1.0, static_cast<Tensor<T>*>(nullptr), &dlogits, &dloss);
 }
 
 }  // namespace cutrain::cuda::kernels

@@ -446,6 +446,7 @@ inline CUfunction function(int device, const Program& p, std::string_view kernel
   const auto key = std::make_pair(device, p.name);
   auto it = reg.modules.find(key);
   if (it == reg.modules.end()) {
+    require_not_capturing("cuda::kernels", cutrain::detail::cat("loading the NVRTC kernels of ", p.name));
     detail::LoadedModule loaded;
     loaded.module = detail::load_module(device, p);
     it = reg.modules.emplace(key, std::move(loaded)).first;

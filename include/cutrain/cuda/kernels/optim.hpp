@@ -69,9 +69,12 @@ inline void require_finite(std::string_view op, double v, std::string_view name,
 }  // namespace detail
 
 // One SGD step on w (f32, in place) with grad; momentum_buffer (f32, w's layout) is read and
-// written when p.momentum != 0 and may be undefined otherwise.
+// written when p.momentum != 0 and may be undefined otherwise. hyper (may be null): a device
+// pointer to {lr, first_step}, read by the kernel in place of p.lr and p.first_step (for CUDA
+// graphs, where values passed at capture would be frozen).
 template <GpuFloat G>
-void sgd_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& momentum_buffer, const SgdParams& p) {
+void sgd_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& momentum_buffer, const SgdParams& p,
+              const float* hyper = nullptr) {
   constexpr std::string_view op = "cuda::kernels::sgd_step";
   detail::require_finite(op, p.lr, "lr");
   detail::require_finite(op, p.momentum, "momentum");
@@ -91,13 +94,15 @@ void sgd_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& momentum_b
   const int dev = w.device().index;
   DeviceScope scope(dev);
   launch(function(dev, detail::optim_program<G>(), "cutrain_sgd_step"), grid_for(n), 256, op, w.data(), gs.data(), buf,
-         n, lr, momentum, dampening, weight_decay, nesterov, first_step);
+         n, lr, momentum, dampening, weight_decay, nesterov, first_step, hyper);
 }
 
 // One AdamW step on w (f32, in place) with grad; m and v (f32, w's layout) are the first and
-// second moment estimates, zero before the first step.
+// second moment estimates, zero before the first step. hyper (may be null): a device pointer to
+// {lr, lr / (1 - beta1^t), sqrt(1 - beta2^t)}, read in place of the values from p (CUDA graphs).
 template <GpuFloat G>
-void adamw_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& m, Tensor<float>& v, const AdamWParams& p) {
+void adamw_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& m, Tensor<float>& v, const AdamWParams& p,
+                const float* hyper = nullptr) {
   constexpr std::string_view op = "cuda::kernels::adamw_step";
   detail::require_finite(op, p.lr, "lr");
   detail::require_finite(op, p.eps, "eps");
@@ -116,7 +121,7 @@ void adamw_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& m, Tenso
   const int dev = w.device().index;
   DeviceScope scope(dev);
   launch(function(dev, detail::optim_program<G>(), "cutrain_adamw_step"), grid_for(n), 256, op, w.data(), gs.data(),
-         m.data(), v.data(), n, lr, beta1, beta2, eps, weight_decay, step_size, bias_correction2_sqrt);
+         m.data(), v.data(), n, lr, beta1, beta2, eps, weight_decay, step_size, bias_correction2_sqrt, hyper);
 }
 
 }  // namespace cutrain::cuda::kernels

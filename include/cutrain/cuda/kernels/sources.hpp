@@ -169,10 +169,13 @@ extern "C" __global__ void cutrain_dropout_forward(const T* x, T* y, T* mask, lo
 // row's loss and, in the same pass, its gradient; a second one-block kernel sums the row losses
 // in a fixed order (deterministic).
 inline constexpr std::string_view cross_entropy = R"cuda(
-// row_loss (may be null): loss of each row, f32. dlogits (may be null): (softmax - q) * grad_scale.
+// row_loss (may be null): loss of each row, f32. dlogits (may be null): (softmax - q) * grad_scale
+// (times *dloss when dloss is not null: the upstream gradient, read on the device so that a
+// backward pass needs no copy to the host).
 extern "C" __global__ void cutrain_cross_entropy_rows(const T* logits, const int* labels, long long C, float eps,
-                                                      float* row_loss, T* dlogits, float grad_scale) {
+                                                      float* row_loss, T* dlogits, float grad_scale, const T* dloss) {
   const long long row = blockIdx.x;
+  if (dloss != 0) grad_scale *= to_f32(*dloss);
   const T* x = logits + row * C;
   float mx = __uint_as_float(0xff800000u);  // -inf
   for (long long c = threadIdx.x; c < C; c += blockDim.x) mx = fmaxf(mx, to_f32(x[c]));
@@ -187,7 +190,8 @@ extern "C" __global__ void cutrain_cross_entropy_rows(const T* logits, const int
   sum_x = block_sum(sum_x);
   const float lse = mx + logf(sum_exp);  // log sum exp: log_softmax(x)_c = x_c - lse
   const int label = labels[row];
-  // The ops check labels on the host; here an out-of-range one gives NaN, never a read outside the row.
+  // The ops check labels on the host (except under CUDA graph capture); here an out-of-range one
+  // gives NaN, never a read outside the row.
   const bool bad_label = label < 0 || label >= C;
   const float nan = __uint_as_float(0x7fc00000u);
   if (row_loss != 0 && threadIdx.x == 0) {
@@ -272,9 +276,15 @@ extern "C" __global__ void cutrain_bias_grad_finish(const float* partial, long l
 inline constexpr std::string_view optim = R"cuda(
 // g = grad + weight_decay * w; with momentum: buf = g on the first step, else
 // buf = momentum * buf + (1 - dampening) * g, and g = buf (or g + momentum * buf, Nesterov);
-// w -= lr * g. buf may be null when momentum == 0.
+// w -= lr * g. buf may be null when momentum == 0. hyper (may be null): lr and first_step read
+// from device memory instead ({lr, first_step != 0}), for steps replayed from a CUDA graph.
 extern "C" __global__ void cutrain_sgd_step(float* w, const G* grad, float* buf, long long n, float lr, float momentum,
-                                            float dampening, float weight_decay, int nesterov, int first_step) {
+                                            float dampening, float weight_decay, int nesterov, int first_step,
+                                            const float* hyper) {
+  if (hyper != 0) {
+    lr = hyper[0];
+    first_step = hyper[1] != 0.0f;
+  }
   for (long long i = thread_index(); i < n; i += grid_stride()) {
     const float wi = w[i];
     float g = to_f32(grad[i]);
@@ -291,9 +301,16 @@ extern "C" __global__ void cutrain_sgd_step(float* w, const G* grad, float* buf,
 // w *= 1 - lr * weight_decay; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
 // w -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps), with step_size =
 // lr / (1 - beta1^t) and bias_correction2_sqrt = sqrt(1 - beta2^t) computed on the host.
+// hyper (may be null): {lr, step_size, bias_correction2_sqrt} read from device memory instead,
+// for steps replayed from a CUDA graph.
 extern "C" __global__ void cutrain_adamw_step(float* w, const G* grad, float* m, float* v, long long n, float lr,
                                               float beta1, float beta2, float eps, float weight_decay, float step_size,
-                                              float bias_correction2_sqrt) {
+                                              float bias_correction2_sqrt, const float* hyper) {
+  if (hyper != 0) {
+    lr = hyper[0];
+    step_size = hyper[1];
+    bias_correction2_sqrt = hyper[2];
+  }
   for (long long i = thread_index(); i < n; i += grid_stride()) {
     const float g = to_f32(grad[i]);
     const float wi = w[i] * (1.0f - lr * weight_decay);

@@ -1,0 +1,242 @@
+// Tunes the convolutions of two reference models on this GPU and prints what the autotuner found:
+// per op the chosen cuDNN engine (id and knobs), its time, the time of cuDNN's heuristic choice,
+// the speed-up, how many candidates were tried and failed, and how long tuning took.
+//
+//   (a) ResNet-18 on CIFAR-sized input: batch 256, 32x32, bf16 NHWC
+//   (b) the Fashion-MNIST CNN: batch 128, 28x28, f32 NCHW (TF32 off)
+// each in fprop, dgrad and wgrad, run through ops:: under autotune::Mode::benchmark.
+//
+//   autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic]
+//
+// --cache uses that cache file instead of the default ($CUTRAIN_AUTOTUNE_CACHE, else
+// ~/.cache/cutrain/autotune.json); benchmark mode writes what it finds there. --mode cached shows
+// the cache's entries being replayed (nothing timed on a hit). Exits 77 without a GPU.
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cutrain/core/json.hpp"
+#include "cutrain/core/tensor.hpp"
+#include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/cuda/runtime.hpp"
+#include "cutrain/ops/conv2d.hpp"
+
+using namespace cutrain;
+namespace autotune = cutrain::cuda::autotune;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Layer {
+  const char* model;
+  const char* name;
+  Shape x, w;
+  Conv2dParams p;
+};
+
+// ResNet-18 for 32x32 input: the stage convolutions at their spatial sizes (the stride-2 ones
+// read the previous stage's size) and the first 1x1 projection shortcut.
+const Layer resnet[] = {
+    {"resnet18", "layer1 3x3 64->64", {256, 64, 32, 32}, {64, 64, 3, 3}, Conv2dParams::make(1, 1)},
+    {"resnet18", "layer2 3x3 64->128 s2", {256, 64, 32, 32}, {128, 64, 3, 3}, Conv2dParams::make(2, 1)},
+    {"resnet18", "layer2 1x1 64->128 s2", {256, 64, 32, 32}, {128, 64, 1, 1}, Conv2dParams::make(2, 0)},
+    {"resnet18", "layer2 3x3 128->128", {256, 128, 16, 16}, {128, 128, 3, 3}, Conv2dParams::make(1, 1)},
+    {"resnet18", "layer3 3x3 128->256 s2", {256, 128, 16, 16}, {256, 128, 3, 3}, Conv2dParams::make(2, 1)},
+    {"resnet18", "layer3 3x3 256->256", {256, 256, 8, 8}, {256, 256, 3, 3}, Conv2dParams::make(1, 1)},
+    {"resnet18", "layer4 3x3 256->512 s2", {256, 256, 8, 8}, {512, 256, 3, 3}, Conv2dParams::make(2, 1)},
+    {"resnet18", "layer4 3x3 512->512", {256, 512, 4, 4}, {512, 512, 3, 3}, Conv2dParams::make(1, 1)},
+};
+const Layer fmnist[] = {
+    {"fashion_mnist_cnn", "conv1 3x3 1->32", {128, 1, 28, 28}, {32, 1, 3, 3}, Conv2dParams::make(1, 1)},
+    {"fashion_mnist_cnn", "conv2 3x3 32->64", {128, 32, 14, 14}, {64, 32, 3, 3}, Conv2dParams::make(1, 1)},
+};
+
+struct Row {
+  std::string model, layer, direction, dtype, layout;
+  std::optional<autotune::Result> result;  // empty: nothing tuned or looked up (heuristic mode)
+  std::string error;                       // cuDNN had no engine
+};
+
+std::string engine_text(std::int64_t id, const std::vector<autotune::Knob>& knobs) {
+  std::string s = "eng" + std::to_string(id);
+  for (const auto& k : knobs) s += " k" + std::to_string(k.type) + "=" + std::to_string(k.value);
+  return s;
+}
+
+template <class T>
+Tensor<T> filled(const Shape& s, Layout l) {
+  Tensor<T> t(s, {.layout = l, .device = Device::cuda(0)});
+  t.fill(T(0.25f));
+  return t;
+}
+
+template <class T>
+void run_layer(const Layer& c, Layout layout, std::vector<Row>& rows) {
+  const Shape ys = conv2d_output_shape(c.x, c.w, c.p);
+  auto x = filled<T>(c.x, layout);
+  auto w = filled<T>(c.w, layout);
+  auto dy = filled<T>(ys, layout);
+  const std::pair<const char*, std::function<void()>> directions[] = {
+      {"fprop", [&] { ops::conv2d_forward(x, w, c.p); }},
+      {"dgrad", [&] { ops::conv2d_backward_data(dy, w, c.x, c.p); }},
+      {"wgrad", [&] { ops::conv2d_backward_filter(dy, x, c.w, c.p); }},
+  };
+  for (const auto& [direction, run] : directions) {
+    Row row{c.model, c.name, direction, cutrain::detail::cat(dtype_of<T>), cutrain::detail::cat(layout), {}, {}};
+    autotune::clear_last_result();
+    try {
+      run();
+      cuda::synchronize("autotune_report");
+      row.result = autotune::last_result();
+    } catch (const CudnnError& e) {
+      row.error = e.what();
+    }
+    const auto& r = row.result;
+    if (!row.error.empty()) {
+      std::printf("%-18s %-24s %-5s  no cuDNN engine: %.120s\n", c.model, c.name, direction, row.error.c_str());
+    } else if (!r) {
+      std::printf("%-18s %-24s %-5s  (heuristic plan, nothing timed)\n", c.model, c.name, direction);
+    } else {
+      const auto& ch = r->choice;
+      const double speedup = ch.heuristic_ms > 0 && ch.median_ms > 0 ? ch.heuristic_ms / ch.median_ms : 0;
+      std::printf("%-18s %-24s %-5s  %-40s %9.4f %9.4f %7.3fx %4d/%-3d %9.1f%s\n", c.model, c.name, direction,
+                  engine_text(ch.engine_id, ch.knobs).c_str(), ch.median_ms, ch.heuristic_ms, speedup,
+                  ch.candidates_tried, ch.candidates_failed, ch.tuning_ms, r->from_cache ? "  (cache)" : "");
+    }
+    rows.push_back(std::move(row));
+  }
+}
+
+json::Value knobs_json(const std::vector<autotune::Knob>& knobs) {
+  json::Value::Array a;
+  for (const auto& k : knobs) a.push_back(json::Value::Array{k.type, k.value});
+  return a;
+}
+
+json::Value to_json(const std::vector<Row>& rows, const autotune::Environment& env, autotune::Mode mode,
+                    double total_tuning_ms, double wall_s) {
+  json::Value::Array ops;
+  for (const auto& row : rows) {
+    json::Value v = json::Value::Object{{"model", row.model},         {"layer", row.layer},
+                                        {"direction", row.direction}, {"dtype", row.dtype},
+                                        {"layout", row.layout}};
+    if (!row.error.empty()) {
+      v.set("error", row.error);
+    } else if (row.result) {
+      const auto& ch = row.result->choice;
+      v.set("signature", row.result->key.signature);
+      v.set("engine_id", ch.engine_id);
+      v.set("knobs", knobs_json(ch.knobs));
+      v.set("median_ms", ch.median_ms);
+      v.set("heuristic_ms", ch.heuristic_ms);
+      v.set("speedup", ch.heuristic_ms > 0 && ch.median_ms > 0 ? ch.heuristic_ms / ch.median_ms : 0.0);
+      v.set("workspace_bytes", ch.workspace_bytes);
+      v.set("candidates_tried", ch.candidates_tried);
+      v.set("candidates_failed", ch.candidates_failed);
+      v.set("tuning_ms", ch.tuning_ms);
+      v.set("from_cache", row.result->from_cache);
+      if (ch.runner_up)
+        v.set("runner_up", json::Value::Object{{"engine_id", ch.runner_up->engine_id},
+                                               {"knobs", knobs_json(ch.runner_up->knobs)},
+                                               {"median_ms", ch.runner_up->median_ms}});
+    }
+    ops.push_back(std::move(v));
+  }
+  return json::Value::Object{
+      {"gpu", json::Value::Object{{"name", env.gpu_name},
+                                  {"sm_count", env.sm_count},
+                                  {"compute_capability", env.compute_capability},
+                                  {"cudnn_version", env.cudnn_version},
+                                  {"frontend_version", env.frontend_version}}},
+      {"mode", autotune::to_string(mode)},
+      {"ops", std::move(ops)},
+      {"total_tuning_ms", total_tuning_ms},
+      {"wall_s", wall_s}};
+}
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::cerr << "autotune_report: " << msg << "\n"
+            << "usage: autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic]\n";
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string json_path, cache_path;
+  autotune::Mode mode = autotune::Mode::benchmark;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--json") json_path = value();
+    else if (a == "--cache") cache_path = value();
+    else if (a == "--mode") {
+      const auto m = autotune::parse_mode(value());
+      if (!m) usage("--mode takes benchmark, cached or heuristic");
+      mode = *m;
+    } else if (a == "--help" || a == "-h") usage("prints the autotuner's choices for ResNet-18 and the Fashion-MNIST CNN");
+    else usage("unknown argument " + a);
+  }
+  if (!cuda::available()) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  if (!cache_path.empty()) autotune::set_cache(std::make_shared<autotune::Cache>(cache_path));
+  const auto env = autotune::environment(0);
+  std::printf("%s (%d SMs, sm_%s), cuDNN %lld, cudnn-frontend %lld, mode %s, cache %s\n", env.gpu_name.c_str(),
+              env.sm_count, env.compute_capability.c_str(), static_cast<long long>(env.cudnn_version),
+              static_cast<long long>(env.frontend_version), autotune::to_string(mode),
+              autotune::cache()->path().empty() ? "(memory only)" : autotune::cache()->path().c_str());
+  std::printf("%-18s %-24s %-5s  %-40s %9s %9s %8s %8s %9s\n", "model", "layer", "op", "chosen engine (id, knobs)",
+              "ms", "heur. ms", "speedup", "tried/f", "tune ms");
+
+  const auto t0 = Clock::now();
+  std::vector<Row> rows;
+  {
+    autotune::ModeGuard guard(mode);
+    for (const auto& c : resnet) run_layer<bfloat16>(c, Layout::nhwc, rows);
+    for (const auto& c : fmnist) run_layer<float>(c, Layout::nchw, rows);
+  }
+  const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  double total_tuning_ms = 0, heuristic_sum = 0, chosen_sum = 0;
+  int tuned = 0;
+  for (const auto& row : rows)
+    if (row.result && !row.result->from_cache) {
+      total_tuning_ms += row.result->choice.tuning_ms;
+      if (row.result->choice.heuristic_ms > 0) {
+        heuristic_sum += row.result->choice.heuristic_ms;
+        chosen_sum += row.result->choice.median_ms;
+      }
+      ++tuned;
+    }
+  std::printf("\n%d ops tuned in %.1f ms of tuning (%.1f s wall for the whole report)", tuned, total_tuning_ms, wall_s);
+  if (chosen_sum > 0)
+    std::printf("; sum of op times %.4f ms chosen vs %.4f ms heuristic (%.3fx)", chosen_sum, heuristic_sum,
+                heuristic_sum / chosen_sum);
+  std::printf("\n");
+
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << json::dump(to_json(rows, env, mode, total_tuning_ms, wall_s), 2) << "\n";
+    if (!out) {
+      std::cerr << "autotune_report: cannot write " << json_path << "\n";
+      return 1;
+    }
+    std::printf("wrote %s\n", json_path.c_str());
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "autotune_report: " << e.what() << "\n";
+  return 1;
+}

@@ -1,0 +1,609 @@
+// The autotuner's persistent cache: an op signature on a given GPU and library version -> the
+// fastest engine (id and knobs, never a plan index) or cuBLASLt algorithm, kept in one JSON file
+// that every process on the machine shares. Plain C++ with no CUDA header, so that the file logic
+// is tested on machines without a GPU.
+//
+// The file is a help, never a hazard: a corrupt, foreign or unwritable file becomes one warning
+// and an empty cache, and no call here fails a run because of it.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cutrain/core/error.hpp"
+#include "cutrain/core/json.hpp"
+
+namespace cutrain::cuda::autotune {
+
+// What makes a timing valid only on this machine: a choice tuned on another GPU, or with other
+// cuDNN / cudnn-frontend versions, may be slow or no longer exist.
+struct Environment {
+  std::string gpu_name;            // cudaDeviceProp::name
+  int sm_count = 0;                // multiprocessors: a cut-down part of the same name tunes differently
+  std::string compute_capability;  // "9.0"
+  std::int64_t cudnn_version = 0;  // cudnnGetVersion()
+  std::int64_t frontend_version = 0;
+  bool operator==(const Environment&) const = default;
+};
+
+struct Key {
+  std::string op;         // "conv2d.fprop", "conv2d.dgrad+relu_bwd", "linear.fwd+relu"
+  std::string signature;  // shapes, strides, dtypes, params, epilogue, alignment: built by the caller
+  std::string library;    // "cudnn" or "cublaslt"
+  std::string gpu_name;
+  int sm_count = 0;
+  std::string compute_capability;
+  std::int64_t cudnn_version = 0;
+  std::int64_t frontend_version = 0;
+
+  static Key make(std::string op, std::string signature, std::string library, const Environment& env) {
+    return {std::move(op), std::move(signature), std::move(library), env.gpu_name, env.sm_count,
+            env.compute_capability, env.cudnn_version, env.frontend_version};
+  }
+  Environment environment() const {
+    return {gpu_name, sm_count, compute_capability, cudnn_version, frontend_version};
+  }
+
+  // One line, every field, '|' between them; '\', '|' and control characters are escaped so that
+  // two different keys never have the same text. The file is sorted by it.
+  std::string text() const {
+    std::string t;
+    const auto field = [&t](std::string_view s) {
+      constexpr char hex[] = "0123456789abcdef";
+      for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '\\' || c == '|') {
+          t += '\\';
+          t += ch;
+        } else if (c < 0x20 || c == 0x7f) {
+          t += "\\x";
+          t += hex[c >> 4];
+          t += hex[c & 15];
+        } else {
+          t += ch;
+        }
+      }
+      t += '|';
+    };
+    field(library);
+    field(op);
+    field(signature);
+    field(gpu_name);
+    t += cutrain::detail::cat(sm_count, '|');
+    field(compute_capability);
+    t += cutrain::detail::cat(cudnn_version, '|', frontend_version);
+    return t;
+  }
+
+  bool operator==(const Key&) const = default;
+};
+
+inline bool same_environment(const Key& key, const Environment& env) { return key.environment() == env; }
+
+struct Knob {
+  std::int64_t type = 0;  // cudnn_frontend::KnobType_t
+  std::int64_t value = 0;
+  bool operator==(const Knob&) const = default;
+};
+
+struct RunnerUp {
+  std::int64_t engine_id = 0;
+  std::vector<Knob> knobs;
+  double median_ms = 0;
+  bool operator==(const RunnerUp&) const = default;
+};
+
+// What tuning found. An engine id and knobs rebuild the same plan in any later process, where a
+// plan index would point at whatever the heuristics list happens to hold that day.
+struct Choice {
+  std::int64_t engine_id = 0;
+  std::vector<Knob> knobs;
+  double median_ms = 0;
+  std::int64_t workspace_bytes = 0;
+  double heuristic_ms = -1;  // the heuristics' first choice, timed the same way; -1: unknown
+  int candidates_tried = 0;
+  int candidates_failed = 0;
+  double tuning_ms = 0;  // wall time the tuning took
+  std::optional<RunnerUp> runner_up;
+  std::string algo;  // cuBLASLt: the opaque cublasLtMatmulAlgo_t bytes as lowercase hex; empty for cuDNN
+  bool operator==(const Choice&) const = default;
+};
+
+// Lowercase hex of n bytes, and back (false when s is not exactly 2n hex digits).
+inline std::string hex_encode(const void* data, std::size_t n) {
+  constexpr char hex[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<const unsigned char*>(data)[i];
+    s += hex[b >> 4];
+    s += hex[b & 15];
+  }
+  return s;
+}
+inline bool hex_decode(std::string_view s, void* out, std::size_t n) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  if (s.size() != 2 * n) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int hi = digit(s[2 * i]), lo = digit(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(hi * 16 + lo);
+  }
+  return true;
+}
+
+namespace detail {
+using cutrain::detail::cat;
+
+// Why a key or choice cannot be stored; empty when it can. Applied to inserts and to file entries.
+inline std::string problem(const Key& k) {
+  if (k.op.empty()) return "the key has an empty op";
+  // Caught here, not in save(): a key the file cannot hold would make every later save fail.
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"op", &k.op}, {"signature", &k.signature}, {"gpu_name", &k.gpu_name},
+      {"compute_capability", &k.compute_capability}};
+  for (const auto& [name, s] : fields)
+    for (std::size_t i = 0, n = 0; i < s->size(); i += n)
+      if ((n = json::detail::utf8_length(*s, i)) == 0)
+        return cat("key field ", name, " is not valid UTF-8 at byte ", i);
+  if (k.library != "cudnn" && k.library != "cublaslt")
+    return cat("library \"", k.library, "\" is not cudnn or cublaslt");
+  return {};
+}
+inline std::string problem(const Choice& c) {
+  const auto time = [](double ms) { return std::isfinite(ms) && ms >= 0; };
+  if (!time(c.median_ms)) return cat("median_ms ", c.median_ms, " is not a finite time >= 0");
+  if (!time(c.heuristic_ms) && c.heuristic_ms != -1)
+    return cat("heuristic_ms ", c.heuristic_ms, " is neither a time nor -1");
+  if (!time(c.tuning_ms)) return cat("tuning_ms ", c.tuning_ms, " is not a finite time >= 0");
+  if (c.runner_up && !time(c.runner_up->median_ms))
+    return cat("runner-up median_ms ", c.runner_up->median_ms, " is not a time");
+  if (c.workspace_bytes < 0) return cat("workspace_bytes ", c.workspace_bytes, " is negative");
+  if (c.candidates_tried < 0 || c.candidates_failed < 0) return "negative candidate counts";
+  if (c.algo.find_first_not_of("0123456789abcdef") != std::string::npos || c.algo.size() % 2)
+    return "algo is not lowercase hex bytes";
+  return {};
+}
+
+inline json::Value to_json(const std::vector<Knob>& knobs) {
+  json::Value::Array a;
+  for (const auto& k : knobs) a.push_back(json::Value::Array{k.type, k.value});
+  return a;
+}
+inline json::Value to_json(const Key& k) {
+  return json::Value::Object{{"library", k.library},
+                             {"op", k.op},
+                             {"signature", k.signature},
+                             {"gpu_name", k.gpu_name},
+                             {"sm_count", k.sm_count},
+                             {"compute_capability", k.compute_capability},
+                             {"cudnn_version", k.cudnn_version},
+                             {"frontend_version", k.frontend_version}};
+}
+inline json::Value to_json(const Choice& c) {
+  json::Value v = json::Value::Object{{"engine_id", c.engine_id},
+                                      {"knobs", to_json(c.knobs)},
+                                      {"median_ms", c.median_ms},
+                                      {"workspace_bytes", c.workspace_bytes},
+                                      {"heuristic_ms", c.heuristic_ms},
+                                      {"candidates_tried", c.candidates_tried},
+                                      {"candidates_failed", c.candidates_failed},
+                                      {"tuning_ms", c.tuning_ms}};
+  if (c.runner_up)
+    v.set("runner_up", json::Value::Object{{"engine_id", c.runner_up->engine_id},
+                                           {"knobs", to_json(c.runner_up->knobs)},
+                                           {"median_ms", c.runner_up->median_ms}});
+  if (!c.algo.empty()) v.set("algo", c.algo);
+  return v;
+}
+
+// The from_json functions throw cutrain::Error (InvalidArgument) naming the field that is wrong.
+inline int to_int(const json::Value& v, const char* name) {
+  const std::int64_t i = v.as_int();
+  CUTRAIN_REQUIRE(i >= INT32_MIN && i <= INT32_MAX, InvalidArgument, "autotune::Cache", name, " out of range");
+  return static_cast<int>(i);
+}
+inline std::vector<Knob> knobs_from_json(const json::Value& v) {
+  std::vector<Knob> knobs;
+  for (const auto& k : v.as_array()) {
+    const auto& pair = k.as_array();
+    CUTRAIN_REQUIRE(pair.size() == 2, InvalidArgument, "autotune::Cache", "a knob is not [type, value]");
+    knobs.push_back({pair[0].as_int(), pair[1].as_int()});
+  }
+  return knobs;
+}
+inline Key key_from_json(const json::Value& v) {
+  Key k{v.at("op").as_string(),
+        v.at("signature").as_string(),
+        v.at("library").as_string(),
+        v.at("gpu_name").as_string(),
+        to_int(v.at("sm_count"), "sm_count"),
+        v.at("compute_capability").as_string(),
+        v.at("cudnn_version").as_int(),
+        v.at("frontend_version").as_int()};
+  const std::string why = problem(k);
+  CUTRAIN_REQUIRE(why.empty(), InvalidArgument, "autotune::Cache", why);
+  return k;
+}
+inline Choice choice_from_json(const json::Value& v) {
+  Choice c;
+  c.engine_id = v.at("engine_id").as_int();
+  c.knobs = knobs_from_json(v.at("knobs"));
+  c.median_ms = v.at("median_ms").as_double();
+  c.workspace_bytes = v.at("workspace_bytes").as_int();
+  c.heuristic_ms = v.at("heuristic_ms").as_double();
+  c.candidates_tried = to_int(v.at("candidates_tried"), "candidates_tried");
+  c.candidates_failed = to_int(v.at("candidates_failed"), "candidates_failed");
+  c.tuning_ms = v.at("tuning_ms").as_double();
+  if (const auto* r = v.find("runner_up"); r && !r->is_null())
+    c.runner_up =
+        RunnerUp{r->at("engine_id").as_int(), knobs_from_json(r->at("knobs")), r->at("median_ms").as_double()};
+  if (const auto* a = v.find("algo")) c.algo = a->as_string();
+  const std::string why = problem(c);
+  CUTRAIN_REQUIRE(why.empty(), InvalidArgument, "autotune::Cache", why);
+  return c;
+}
+
+inline std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// An advisory lock (flock) on a sibling file, held while one process reads, merges and writes the
+// cache. Polled with a deadline: a stuck process elsewhere costs a warning, never a hang.
+class FileLock {
+ public:
+  explicit FileLock(const std::filesystem::path& path, std::chrono::milliseconds patience = std::chrono::seconds(30)) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      error_ = cat("cannot open the lock file ", path.string(), ": ", errno_text(errno));
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err != EWOULDBLOCK || std::chrono::steady_clock::now() > deadline) {
+        error_ = err == EWOULDBLOCK ? cat(path.string(), " stayed locked by another process")
+                                    : cat("cannot lock ", path.string(), ": ", errno_text(err));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    locked_ = true;
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  bool locked() const { return locked_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  int fd_ = -1;
+  bool locked_ = false;
+  std::string error_;
+};
+
+// Writes text to a fresh file beside path, flushes it to disk and renames it over path, so that
+// a reader (or a crash) sees the old file or the new one, never half of one. Empty on success,
+// else what failed.
+inline std::string write_atomically(const std::filesystem::path& path, const std::string& text) {
+  static std::atomic<std::uint64_t> counter{0};
+  const auto tmp = path.parent_path() / cat(".", path.filename().string(), ".tmp.", ::getpid(), ".", counter++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return cat("cannot create ", tmp.string(), ": ", errno_text(errno));
+  std::string error;
+  for (std::size_t done = 0; done < text.size() && error.empty();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0) done += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR) error = cat("cannot write ", tmp.string(), ": ", errno_text(errno));
+  }
+  if (error.empty() && ::fsync(fd) != 0) error = cat("cannot flush ", tmp.string(), ": ", errno_text(errno));
+  if (::close(fd) != 0 && error.empty()) error = cat("cannot close ", tmp.string(), ": ", errno_text(errno));
+  if (error.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    error = cat("cannot rename ", tmp.string(), " to ", path.string(), ": ", errno_text(errno));
+  if (!error.empty()) {
+    ::unlink(tmp.c_str());
+    return error;
+  }
+  // The rename itself is durable only once the directory is flushed; failing that is harmless.
+  const std::filesystem::path dir_path = path.parent_path().empty() ? "." : path.parent_path();
+  if (const int dir = ::open(dir_path.c_str(), O_RDONLY | O_CLOEXEC); dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return {};
+}
+}  // namespace detail
+
+// Thread-safe. Lookups happen when an op's plan is first built, not per launch, so one mutex is
+// enough. Two processes that save at once both keep their entries (see save()).
+class Cache {
+ public:
+  using WarningSink = std::function<void(const std::string&)>;
+  static constexpr std::string_view format_tag = "cutrain-autotune";
+  static constexpr std::int64_t format_version = 1;
+
+  // An empty path gives a cache held in memory only.
+  explicit Cache(std::filesystem::path path) : path_(std::move(path)) {}
+
+  // $CUTRAIN_AUTOTUNE_CACHE, else $XDG_CACHE_HOME/cutrain/autotune.json (an absolute one, as the
+  // XDG spec says), else $HOME/.cache/cutrain/autotune.json; empty (memory only) when none is set.
+  static std::filesystem::path default_path() {
+    const auto env = [](const char* name) -> std::string {
+      const char* v = std::getenv(name);
+      return v ? v : "";
+    };
+    if (auto p = env("CUTRAIN_AUTOTUNE_CACHE"); !p.empty()) return p;
+    if (auto d = env("XDG_CACHE_HOME"); !d.empty() && d.front() == '/')
+      return std::filesystem::path(d) / "cutrain" / "autotune.json";
+    if (auto d = env("HOME"); !d.empty()) return std::filesystem::path(d) / ".cache" / "cutrain" / "autotune.json";
+    return {};
+  }
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+  // find() returns only entries tuned in this environment; the others stay in the file.
+  void set_environment(Environment env) {
+    std::lock_guard lock(mutex_);
+    env_ = std::move(env);
+  }
+  Environment environment() const {
+    std::lock_guard lock(mutex_);
+    return env_;
+  }
+  // Where warnings go (default: one line on std::cerr); an empty function drops them. It is called
+  // with no lock held, possibly from several threads.
+  void set_warning_sink(WarningSink sink) {
+    std::lock_guard lock(mutex_);
+    sink_ = std::move(sink);
+  }
+
+  std::optional<Choice> find(const Key& key) {
+    std::unique_lock lock(mutex_);
+    load_once();
+    std::optional<Choice> found;
+    if (same_environment(key, env_))
+      if (const auto it = map_.find(key.text()); it != map_.end()) found = it->second.choice;
+    emit_warnings(lock);
+    return found;
+  }
+
+  // Throws InvalidArgument for a choice no file could hold (NaN times, a bad library name...):
+  // that is a bug in the caller, not a problem with the file.
+  void insert(const Key& key, const Choice& choice) {
+    for (const auto& why : {detail::problem(key), detail::problem(choice)})
+      CUTRAIN_REQUIRE(why.empty(), InvalidArgument, "autotune::Cache::insert", why, " (key ", key.text(), ")");
+    std::unique_lock lock(mutex_);
+    load_once();
+    json::Value raw = json::Value::Object{{"key", detail::to_json(key)}, {"choice", detail::to_json(choice)}};
+    map_[key.text()] = Entry{key, choice, std::move(raw), true};
+    emit_warnings(lock);
+  }
+
+  // Under the lock file: reads the file as it is now, merges, writes a temp file, renames it over.
+  // Merge order, later wins: entries this cache read earlier < the file now < entries inserted here
+  // since the last save. So entries other processes wrote are kept, and what this process tuned
+  // wins over the same key on disk. Failures are warnings; unsaved inserts stay for the next save.
+  void save() {
+    std::unique_lock lock(mutex_);
+    if (!path_.empty()) {
+      try {
+        save_locked();
+      } catch (const std::exception& e) {  // out of memory, a filesystem exception: still only a warning
+        warn(detail::cat(path_.string(), ": not saved: ", e.what()));
+      }
+    }
+    emit_warnings(lock);
+  }
+
+  std::size_t size() {
+    std::unique_lock lock(mutex_);
+    load_once();
+    const std::size_t n = map_.size();
+    emit_warnings(lock);
+    return n;
+  }
+
+  // Every entry, of every environment, in file order.
+  std::vector<std::pair<Key, Choice>> entries() {
+    std::unique_lock lock(mutex_);
+    load_once();
+    std::vector<std::pair<Key, Choice>> all;
+    for (const auto& [text, e] : map_) all.emplace_back(e.key, e.choice);
+    emit_warnings(lock);
+    return all;
+  }
+
+  // Forgets the entries in memory, unsaved inserts included. The file is untouched, and read
+  // again only by the next save().
+  void clear() {
+    std::lock_guard lock(mutex_);
+    map_.clear();
+    loaded_ = true;
+  }
+
+ private:
+  struct Entry {
+    Key key;
+    Choice choice;
+    json::Value raw;  // written back as read, so fields a newer writer added survive
+    bool unsaved = false;
+  };
+  using Map = std::map<std::string, Entry>;  // by key text: the file's order
+
+  void load_once() {
+    if (loaded_) return;
+    loaded_ = true;
+    for (auto& [text, e] : read_file())
+      if (!map_.contains(text)) map_.emplace(text, std::move(e));  // inserts made before the load win
+  }
+
+  void save_locked() {
+    std::error_code ec;
+    if (const auto dir = path_.parent_path(); !dir.empty()) {
+      std::filesystem::create_directories(dir, ec);
+      if (ec) return warn(detail::cat(path_.string(), ": not saved: cannot create ", dir.string(), ": ", ec.message()));
+    }
+    const detail::FileLock file_lock(path_.string() + ".lock");
+    if (!file_lock.locked()) return warn(detail::cat(path_.string(), ": not saved: ", file_lock.error()));
+    Map merged;
+    for (const auto& [text, e] : map_)
+      if (!e.unsaved) merged.emplace(text, e);
+    for (auto& [text, e] : read_file()) merged.insert_or_assign(text, std::move(e));
+    for (const auto& [text, e] : map_)
+      if (e.unsaved) merged.insert_or_assign(text, Entry{e.key, e.choice, e.raw, false});
+    json::Value::Array list;
+    for (const auto& [text, e] : merged) list.push_back(e.raw);
+    const json::Value doc = json::Value::Object{
+        {"format", format_tag}, {"version", format_version}, {"entries", std::move(list)}};
+    if (const auto error = detail::write_atomically(path_, json::dump(doc, 2) + "\n"); !error.empty())
+      return warn(detail::cat(path_.string(), ": not saved: ", error));
+    map_ = std::move(merged);
+    loaded_ = true;
+  }
+
+  // The entries in the file now: none, without a warning, when there is no file; none, with one
+  // warning, when it cannot be read or is not a valid cache file.
+  Map read_file() {
+    Map map;
+    if (path_.empty()) return map;
+    const std::string name = path_.string();
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno != ENOENT && errno != ENOTDIR)
+        warn(detail::cat(name, ": cannot be read: ", detail::errno_text(errno), "; ignored"));
+      return map;
+    }
+    std::string text;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (std::int64_t{1} << 28)) {
+      ::close(fd);
+      warn(detail::cat(name, ": not a regular file of a plausible size; ignored"));
+      return map;
+    }
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) text.append(buf, static_cast<std::size_t>(n));
+      else if (n == 0 || errno != EINTR) break;
+    }
+    ::close(fd);
+    if (text.empty()) {
+      warn(detail::cat(name, ": the file is empty; ignored"));
+      return map;
+    }
+    json::Value doc;
+    try {
+      doc = json::parse(text);
+    } catch (const json::ParseError& e) {
+      warn(detail::cat(name, ": corrupt (not valid JSON at byte ", e.offset(), ": ", e.reason(), "); ignored"));
+      return map;
+    }
+    const json::Value* format = doc.is_object() ? doc.find("format") : nullptr;
+    if (!format || !format->is_string() || format->as_string() != format_tag) {
+      warn(detail::cat(name, ": not a cutrain autotune cache (no \"format\": \"", format_tag, "\"); ignored"));
+      return map;
+    }
+    const json::Value* version = doc.find("version");
+    if (!version || !version->is_int() || version->as_int() != format_version) {
+      warn(detail::cat(name, ": format version ", version ? json::dump(*version, 0) : "missing",
+                       " is not the version this build reads (", format_version, "); ignored"));
+      return map;
+    }
+    const json::Value* list = doc.find("entries");
+    if (!list || !list->is_array()) {
+      warn(detail::cat(name, ": corrupt (\"entries\" is not an array); ignored"));
+      return map;
+    }
+    // One bad entry (edited by hand, say) costs that entry, not the whole file.
+    std::size_t bad = 0;
+    std::string first_problem;
+    for (const auto& item : list->as_array()) {
+      try {
+        Key key = detail::key_from_json(item.at("key"));
+        Choice choice = detail::choice_from_json(item.at("choice"));
+        std::string text_key = key.text();
+        map.insert_or_assign(std::move(text_key), Entry{std::move(key), std::move(choice), item, false});
+      } catch (const cutrain::Error& e) {
+        if (bad++ == 0) first_problem = e.what();
+      }
+    }
+    if (bad)
+      warn(detail::cat(name, ": ", bad, " malformed entr", bad == 1 ? "y" : "ies", " ignored (", first_problem, ")"));
+    return map;
+  }
+
+  // Queued under the lock, handed to the sink after it. A message already given is not repeated:
+  // a file found corrupt by find() and again by save() is one warning, and a cache directory that
+  // cannot be written does not print a line per save.
+  void warn(std::string message) {
+    if (warned_.insert(message).second) queued_.push_back(std::move(message));
+  }
+  void emit_warnings(std::unique_lock<std::mutex>& lock) {
+    if (queued_.empty()) return;
+    auto messages = std::move(queued_);
+    queued_.clear();
+    auto sink = sink_;
+    lock.unlock();
+    if (sink)
+      for (const auto& m : messages) sink(m);
+  }
+
+  const std::filesystem::path path_;
+  mutable std::mutex mutex_;
+  Environment env_;
+  Map map_;
+  bool loaded_ = false;
+  WarningSink sink_ = [](const std::string& m) { std::cerr << "cutrain: autotune cache: " << m << std::endl; };
+  std::set<std::string> warned_;
+  std::vector<std::string> queued_;
+};
+
+// The process's cache, on default_path(). The autotuner sets its environment and saves it.
+inline Cache& global_cache() {
+  static Cache cache(Cache::default_path());
+  return cache;
+}
+
+}  // namespace cutrain::cuda::autotune
+
+template <>
+struct std::hash<cutrain::cuda::autotune::Key> {
+  std::size_t operator()(const cutrain::cuda::autotune::Key& k) const noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    const auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    const std::hash<std::string> s;
+    const std::hash<std::int64_t> i;
+    mix(s(k.op));
+    mix(s(k.signature));
+    mix(s(k.library));
+    mix(s(k.gpu_name));
+    mix(i(k.sm_count));
+    mix(s(k.compute_capability));
+    mix(i(k.cudnn_version));
+    mix(i(k.frontend_version));
+    return static_cast<std::size_t>(h);
+  }
+};

@@ -1,0 +1,649 @@
+// The autotuner's timing part: picks the fastest cuDNN execution plan of a graph by timing the
+// candidates on the real GPU, and remembers the winner (engine id and knobs) in the persistent
+// cache (cache.hpp), so that a signature is tuned once per machine, not once per run.
+//
+// cudnn/graph.hpp calls it where a graph is first built: cached_graph() opens a PlanScope,
+// build() hands the lowered graph to plan(), which either replays the cached engine or queries
+// the candidates, and PlanScope::finish() times them on scratch buffers once the op has listed
+// its tensors. Executing a built graph afterwards costs what it did before: one launch.
+#pragma once
+
+#include <cudnn_frontend.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "cutrain/core/storage.hpp"
+#include "cutrain/cuda/autotune/cache.hpp"
+#include "cutrain/cuda/runtime.hpp"
+
+namespace cutrain::cuda::autotune {
+
+// heuristic: cuDNN's first choice, nothing timed. benchmark: time the candidates, keep the
+// fastest (and write it to the cache). cached: take the cache's entry; on a miss, benchmark and
+// store.
+enum class Mode { heuristic, benchmark, cached };
+
+// The engine id a cache entry has when the chosen plan is cuDNN's heuristic first choice and its
+// engine config cannot be named (knobs this frontend does not know): rebuilt by the heuristics.
+inline constexpr std::int64_t heuristic_engine = -1;
+
+inline const char* to_string(Mode m) {
+  switch (m) {
+    case Mode::heuristic: return "heuristic";
+    case Mode::benchmark: return "benchmark";
+    case Mode::cached: return "cached";
+  }
+  return "?";
+}
+inline std::ostream& operator<<(std::ostream& os, Mode m) { return os << to_string(m); }
+
+inline std::optional<Mode> parse_mode(std::string_view s) {
+  for (Mode m : {Mode::heuristic, Mode::benchmark, Mode::cached})
+    if (s == to_string(m)) return m;
+  return std::nullopt;
+}
+
+struct Options {
+  int max_candidates = 10;                       // distinct engine configs tried per op, the baseline included
+  std::int64_t max_workspace_bytes = 1ll << 30;  // plans needing more are skipped (and counted as failed)
+  double max_tuning_ms = 2000;                   // wall-time budget per op: builds and timing
+  bool deterministic_only = false;               // skip engines cuDNN marks NONDETERMINISTIC
+};
+
+// What tuning did in this process (for tests and reports).
+struct Stats {
+  std::atomic<std::int64_t> candidates_timed{0};  // plans timed, the heuristic baseline included
+  std::atomic<std::int64_t> ops_tuned{0};         // graphs whose candidates were timed
+  std::atomic<std::int64_t> cache_hits{0};        // graphs planned from a cache entry, nothing timed
+};
+inline Stats& stats() {
+  static Stats s;
+  return s;
+}
+
+// The last graph this thread tuned or planned from the cache.
+struct Result {
+  Key key;
+  Choice choice;
+  bool from_cache = false;
+};
+
+namespace detail {
+using cutrain::detail::cat;
+namespace fe = cudnn_frontend;
+using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+// One line on stderr per distinct message.
+inline void warn(const std::string& message) {
+  static std::mutex m;
+  static std::set<std::string> said;
+  {
+    std::lock_guard lock(m);
+    if (!said.insert(message).second) return;
+  }
+  std::cerr << "cutrain: autotune: " << message << std::endl;
+}
+
+// $CUTRAIN_AUTOTUNE, read once; a value that is not a mode is a warning and leaves the default.
+inline Mode mode_from_environment() {
+  const char* v = std::getenv("CUTRAIN_AUTOTUNE");
+  if (!v || !*v) return Mode::cached;
+  if (auto m = parse_mode(v)) return *m;
+  warn(cat("CUTRAIN_AUTOTUNE=\"", v, "\" is not heuristic, benchmark or cached; using cached"));
+  return Mode::cached;
+}
+inline std::atomic<Mode>& process_mode() {
+  static std::atomic<Mode> m{mode_from_environment()};
+  return m;
+}
+inline std::optional<Mode>& thread_mode() {
+  thread_local std::optional<Mode> m;
+  return m;
+}
+
+struct Settings {
+  std::mutex mutex;
+  Options options;
+  std::shared_ptr<Cache> cache;  // null: global_cache()
+};
+inline Settings& settings() {
+  static Settings s;
+  return s;
+}
+
+inline std::optional<Result>& last() {
+  thread_local std::optional<Result> r;
+  return r;
+}
+}  // namespace detail
+
+// The mode in effect on this thread: a ModeGuard's, else the process default (set_mode, else
+// $CUTRAIN_AUTOTUNE, else cached).
+inline Mode mode() {
+  if (const auto& m = detail::thread_mode()) return *m;
+  return detail::process_mode().load();
+}
+inline Mode default_mode() { return detail::process_mode().load(); }
+inline void set_mode(Mode m) { detail::process_mode().store(m); }
+
+// Sets this thread's mode for a scope: ModeGuard g(Mode::heuristic);
+class ModeGuard {
+ public:
+  explicit ModeGuard(Mode m) : prev_(detail::thread_mode()) { detail::thread_mode() = m; }
+  ~ModeGuard() { detail::thread_mode() = prev_; }
+  ModeGuard(const ModeGuard&) = delete;
+  ModeGuard& operator=(const ModeGuard&) = delete;
+
+ private:
+  std::optional<Mode> prev_;
+};
+
+inline Options options() {
+  auto& s = detail::settings();
+  std::lock_guard lock(s.mutex);
+  return s.options;
+}
+inline void set_options(const Options& o) {
+  CUTRAIN_REQUIRE(o.max_candidates >= 1, InvalidArgument, "autotune::set_options", "max_candidates ",
+                  o.max_candidates, " must be at least 1");
+  CUTRAIN_REQUIRE(o.max_workspace_bytes >= 0, InvalidArgument, "autotune::set_options", "max_workspace_bytes ",
+                  o.max_workspace_bytes, " is negative");
+  CUTRAIN_REQUIRE(std::isfinite(o.max_tuning_ms) && o.max_tuning_ms > 0, InvalidArgument, "autotune::set_options",
+                  "max_tuning_ms ", o.max_tuning_ms, " must be a positive time");
+  auto& s = detail::settings();
+  std::lock_guard lock(s.mutex);
+  s.options = o;
+}
+
+// The cache the tuner reads and writes: global_cache() unless set_cache gave another one (a
+// null pointer goes back to global_cache()).
+inline std::shared_ptr<Cache> cache() {
+  auto& s = detail::settings();
+  std::lock_guard lock(s.mutex);
+  if (s.cache) return s.cache;
+  return std::shared_ptr<Cache>(std::shared_ptr<Cache>{}, &global_cache());  // not owned
+}
+inline void set_cache(std::shared_ptr<Cache> c) {
+  auto& s = detail::settings();
+  std::lock_guard lock(s.mutex);
+  s.cache = std::move(c);
+}
+
+inline std::optional<Result> last_result() { return detail::last(); }
+inline void clear_last_result() { detail::last().reset(); }
+
+// What a timing is valid for: the GPU (name, SM count, compute capability) and the cuDNN and
+// cudnn-frontend versions.
+inline Environment environment(int device) {
+  static std::mutex m;
+  static std::unordered_map<int, Environment> known;
+  std::lock_guard lock(m);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "autotune::environment", "cudaGetDeviceProperties");
+  Environment env{.gpu_name = prop.name,
+                  .sm_count = prop.multiProcessorCount,
+                  .compute_capability = cutrain::detail::cat(prop.major, ".", prop.minor),
+                  .cudnn_version = static_cast<std::int64_t>(cudnnGetVersion()),
+                  .frontend_version = CUDNN_FRONTEND_VERSION};
+  known.emplace(device, env);
+  return env;
+}
+
+namespace detail {
+
+inline void fe_check(fe::error_t status, std::string_view op, const std::string& context) {
+  if (status.is_bad()) throw CudnnError(op, cat(context, ": ", status.get_message()));
+}
+
+// find() answers only for the cache's environment: make it this device's (a process that uses
+// two kinds of GPU switches it back and forth).
+inline void use_environment(Cache& c, const Environment& env) {
+  if (!(c.environment() == env)) c.set_environment(env);
+}
+
+inline std::vector<Knob> sorted_knobs(const std::unordered_map<fe::KnobType_t, std::int64_t>& map) {
+  std::vector<Knob> knobs;
+  for (const auto& [type, value] : map) knobs.push_back({static_cast<std::int64_t>(type), value});
+  std::sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) { return a.type < b.type; });
+  return knobs;
+}
+inline std::unordered_map<fe::KnobType_t, std::int64_t> knob_map(const std::vector<Knob>& knobs) {
+  std::unordered_map<fe::KnobType_t, std::int64_t> map;
+  for (const auto& k : knobs) map[static_cast<fe::KnobType_t>(k.type)] = k.value;
+  return map;
+}
+
+// What cached_graph() asked for (through PlanScope) and what build() found (through plan()).
+struct Request {
+  int device = 0;
+  std::string graph_key;
+  Mode mode = Mode::heuristic;
+  Options options;
+  bool planned = false;             // plan() ran for this graph
+  std::string op;                   // build()'s op name: the cache key's op
+  Key key;                          // where the choice is stored
+  std::optional<Choice> hit;        // the cache entry replayed
+  std::int64_t plan_index = -1;     // the replayed engine's plan, when hit
+  std::int64_t first = 0;           // the heuristics' candidates are [first, plan count)
+  std::int64_t baseline = -1;       // the heuristics' first choice that builds
+};
+inline Request*& current_request() {
+  thread_local Request* r = nullptr;
+  return r;
+}
+
+// Called by cudnn::build() once the graph is validated and lowered. Returns false when no tuning
+// mode asked for this graph (build() then plans with the heuristics, as always). Otherwise plans
+// it: replays the cached engine (cached mode, hit), or queries the candidates of heuristics modes
+// A, B and fallback and builds the first that builds, the baseline that finish() times the
+// others against. Strict f32 excludes tensor-core engines, as build() does; plans needing more
+// workspace than the options allow are excluded too.
+inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& graph_key, bool strict_f32) {
+  Request* r = current_request();
+  if (!r || r->planned || r->graph_key != graph_key) return false;
+  r->planned = true;
+  r->op = std::string(op);
+  const Options& o = r->options;
+  const Environment env = environment(r->device);
+  r->key = Key::make(r->op, graph_key + (o.deterministic_only ? " deterministic" : ""), "cudnn", env);
+
+  g.deselect_workspace_greater_than(o.max_workspace_bytes);
+  const auto filter = [&] {
+    if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE});
+    if (o.deterministic_only) g.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+  };
+
+  std::optional<Choice> heuristic_hit;  // a cache entry that says "cuDNN's heuristic choice"
+  if (r->mode == Mode::cached) {
+    const auto c = cache();
+    use_environment(*c, env);
+    if (auto hit = c->find(r->key); hit && hit->engine_id == heuristic_engine) {
+      heuristic_hit = std::move(hit);
+    } else if (hit && hit->workspace_bytes <= o.max_workspace_bytes) {
+      const std::int64_t index = g.get_execution_plan_count();
+      if (g.create_execution_plan(hit->engine_id, knob_map(hit->knobs)).is_good()) {
+        filter();
+        if (g.check_support().is_good() && g.build_plan_at_index(index).is_good()) {
+          r->hit = std::move(hit);
+          r->plan_index = index;
+          return true;
+        }
+      }
+      // The stored engine no longer builds here (another cuDNN, say): tune again, replace the entry.
+    }
+  }
+
+  // Timing favours the fastest plan, so engines that trade accuracy for speed are left out where
+  // others exist: reductions in less than f32, and (strict f32) inputs converted down. If nothing
+  // is left, the candidates are queried again with the usual filters only.
+  const auto query = [&] {
+    r->first = g.get_execution_plan_count();
+    fe_check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}), op,
+             graph_key + ": no cuDNN engine supports this combination (create_execution_plans)");
+    filter();
+  };
+  // The first candidate that builds: what build_plans(HEURISTICS_CHOICE) would take, at an index
+  // we know. It is the baseline.
+  std::string failures;
+  const auto build_baseline = [&] {
+    const std::int64_t count = g.get_execution_plan_count();
+    for (std::int64_t i = r->first; i < count && r->baseline < 0; ++i) {
+      if (auto st = g.build_plan_at_index(i); st.is_good()) r->baseline = i;
+      else failures += cat("\nplan ", i, ": ", st.get_message());
+    }
+    return r->baseline >= 0;
+  };
+  query();
+  g.deselect_numeric_notes({fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION});
+  if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+  if (!build_baseline()) {
+    query();
+    if (!build_baseline()) {
+      fe_check(g.check_support(), op, graph_key + ": no cuDNN engine supports this combination");
+      throw CudnnError(op, cat(graph_key, ": build_plans: no plan built", failures));
+    }
+  }
+  if (heuristic_hit) {  // the baseline is the stored choice: nothing to time
+    r->hit = std::move(heuristic_hit);
+    r->plan_index = r->baseline;
+  }
+  return true;
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Scratch copies of a graph's tensors on its device, and the events that time its plans.
+class Bench {
+ public:
+  // Each round runs a plan back to back for about round_ms; at least min_rounds, at most
+  // max_rounds, until the median of the rounds so far moves by less than `stable` over the last
+  // three rounds.
+  static constexpr double round_ms = 1.0;
+  static constexpr int max_reps = 10;
+  static constexpr int min_rounds = 5;
+  static constexpr int max_rounds = 30;
+  static constexpr double stable = 0.02;
+
+  Bench(fe::graph::Graph& g, const std::vector<TensorAttr>& tensors, int device)
+      : g_(g), device_(device), stream_(current_stream()), handle_(handles(device).cudnn) {
+    for (const auto& t : tensors) {
+      if (t->get_is_pass_by_value()) {  // a host scalar: a zeroed host value
+        host_.push_back(std::make_unique<std::int64_t[]>(4));
+        uids_[t->get_uid()] = host_.back().get();
+        continue;
+      }
+      const std::size_t bytes = static_cast<std::size_t>(span(*t)) * element_bytes(t->get_data_type());
+      buffers_.emplace_back(std::max<std::size_t>(bytes, 16), Device::cuda(device));
+      // A finite pattern (0x3c3c: about 1.06 in f16, 0.0115 in bf16 and f32), zero for integers.
+      check(cudaMemsetAsync(buffers_.back().data(), is_float(t->get_data_type()) ? 0x3c : 0, bytes, stream_),
+            "autotune", "cudaMemsetAsync of a scratch tensor");
+      uids_[t->get_uid()] = buffers_.back().data();
+    }
+  }
+
+  // The plan's median time in ms per execution, or nullopt (with why) when it does not run.
+  // Past the deadline it stops after min_rounds, unless told to finish.
+  std::optional<double> time(std::int64_t index, std::int64_t workspace_bytes,
+                             std::chrono::steady_clock::time_point deadline, bool finish, std::string& why) {
+    void* ws = workspace(workspace_bytes);
+    const auto run = [&] { return g_.execute_plan_at_index(handle_, uids_, ws, index); };
+    if (!ok(run(), why) || !synced(why)) return std::nullopt;
+    start_.record(stream_);
+    if (!ok(run(), why)) return std::nullopt;
+    stop_.record(stream_);
+    stop_.synchronize();
+    const double once = std::max<double>(stop_.elapsed_ms(start_), 1e-4);
+    const int reps = std::clamp(static_cast<int>(std::ceil(round_ms / once)), 1, max_reps);
+    std::vector<double> rounds, medians;
+    while (static_cast<int>(rounds.size()) < max_rounds) {
+      start_.record(stream_);
+      for (int k = 0; k < reps; ++k)
+        if (!ok(run(), why)) return std::nullopt;
+      stop_.record(stream_);
+      stop_.synchronize();
+      rounds.push_back(stop_.elapsed_ms(start_) / reps);
+      if (static_cast<int>(rounds.size()) < min_rounds) continue;
+      medians.push_back(median(rounds));
+      if (medians.size() >= 3) {
+        const auto [lo, hi] = std::minmax_element(medians.end() - 3, medians.end());
+        if (*hi - *lo < stable * *lo) break;
+      }
+      if (!finish && std::chrono::steady_clock::now() > deadline) break;
+    }
+    return median(rounds);
+  }
+
+  // Runs a plan for about ms of GPU time, so that the clocks are up before the baseline is timed.
+  void spin_up(std::int64_t index, std::int64_t workspace_bytes, double ms) {
+    void* ws = workspace(workspace_bytes);
+    std::string why;
+    double spent = 0;
+    for (int batch = 0; batch < 20 && spent < ms; ++batch) {
+      start_.record(stream_);
+      for (int k = 0; k < max_reps; ++k)
+        if (!ok(g_.execute_plan_at_index(handle_, uids_, ws, index), why)) return;
+      stop_.record(stream_);
+      stop_.synchronize();
+      spent += stop_.elapsed_ms(start_);
+    }
+  }
+
+ private:
+  static std::int64_t span(const fe::graph::Tensor_attributes& t) {
+    const auto dim = t.get_dim();
+    const auto stride = t.get_stride();
+    if (stride.size() != dim.size()) return t.get_volume();
+    std::int64_t last = 0;
+    for (std::size_t i = 0; i < dim.size(); ++i) {
+      if (dim[i] <= 0) return 0;
+      last += (dim[i] - 1) * stride[i];
+    }
+    return last + 1;
+  }
+  static std::size_t element_bytes(fe::DataType_t t) {
+    using D = fe::DataType_t;
+    switch (t) {
+      case D::HALF: case D::BFLOAT16: return 2;
+      case D::FLOAT: case D::INT32: case D::INT8x4: case D::UINT8x4: return 4;
+      case D::INT8: case D::UINT8: case D::BOOLEAN: case D::BYTE_BOOLEAN: case D::FP8_E4M3: case D::FP8_E5M2:
+      case D::FP8_E8M0: case D::FP8_E5M3: case D::FP4_E2M1: case D::INT4: return 1;
+      case D::INT8x32: return 32;
+      case D::COMPLEX_FP64: return 16;
+      default: return 8;  // DOUBLE, INT64, COMPLEX_FP32, and anything unknown: the widest guess
+    }
+  }
+  static bool is_float(fe::DataType_t t) {
+    using D = fe::DataType_t;
+    return t == D::FLOAT || t == D::HALF || t == D::BFLOAT16 || t == D::DOUBLE || t == D::FP8_E4M3 ||
+           t == D::FP8_E5M2;
+  }
+  static bool ok(fe::error_t st, std::string& why) {
+    if (st.is_good()) return true;
+    why = st.get_message();
+    return false;
+  }
+  bool synced(std::string& why) {
+    if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      why = cat("the warm-up run failed: ", cudaGetErrorString(e));
+      return false;
+    }
+    return true;
+  }
+  void* workspace(std::int64_t bytes) {
+    if (bytes <= 0) return nullptr;
+    if (static_cast<std::int64_t>(ws_.bytes()) < bytes) ws_ = Storage(static_cast<std::size_t>(bytes), Device::cuda(device_));
+    return ws_.data();
+  }
+
+  fe::graph::Graph& g_;
+  int device_;
+  cudaStream_t stream_;
+  cudnnHandle_t handle_;
+  std::vector<Storage> buffers_;
+  std::vector<std::unique_ptr<std::int64_t[]>> host_;
+  std::unordered_map<std::int64_t, void*> uids_;
+  Storage ws_;
+  Event start_, stop_;
+};
+
+struct Timed {
+  std::int64_t index = -1;
+  std::int64_t engine_id = 0;
+  std::vector<Knob> knobs;
+  std::int64_t workspace = 0;
+  double median_ms = 0;
+  bool replayable = false;  // its engine id and knobs rebuild it (knob types this frontend knows)
+};
+
+// Times the candidates of r (see plan()), picks the fastest, records it in the cache. Returns
+// the chosen plan index and its workspace, or nothing when no candidate could be timed (the
+// caller keeps the heuristics' choice).
+inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Graph& g, const std::vector<TensorAttr>& tensors,
+                                                                 Request& r) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double, std::milli>(r.options.max_tuning_ms));
+  cutrain::detail::DeviceGuard on(r.device);
+
+  // Distinct engine configs (modes A and B overlap), the baseline first. A config's name is its
+  // engine id and every knob, so equal names are the same plan.
+  const auto name_of = [&g](std::int64_t i) {
+    std::string name;
+    return g.get_plan_name_at_index(i, name).is_good() ? name : cat("#", i);
+  };
+  std::vector<std::int64_t> order{r.baseline};
+  std::unordered_set<std::string> seen{name_of(r.baseline)};
+  const std::int64_t count = g.get_execution_plan_count();
+  for (std::int64_t i = r.first; i < count; ++i)
+    if (i != r.baseline && seen.insert(name_of(i)).second) order.push_back(i);
+
+  Bench bench(g, tensors, r.device);
+  std::vector<Timed> timed;
+  int tried = 0, failed = 0;
+  double baseline_ms = -1;
+  std::string first_failure;
+  for (const std::int64_t i : order) {
+    const bool is_baseline = i == r.baseline;
+    if (!is_baseline && (tried >= r.options.max_candidates || Clock::now() > deadline)) break;
+    std::string why;
+    if (!is_baseline) {
+      if (auto st = g.build_plan_at_index(i); st.is_bad()) {
+        // Configs the strict-f32 or determinism filter deselected are not candidates at all.
+        if (st.get_message().find("Deselecting execution plan") != std::string::npos) continue;
+        ++tried;
+        ++failed;
+        if (first_failure.empty()) first_failure = st.get_message();
+        continue;
+      }
+    }
+    ++tried;
+    Timed t;
+    t.index = i;
+    std::unordered_map<fe::KnobType_t, std::int64_t> knobs;
+    t.replayable = g.get_engine_and_knobs_at_index(i, t.engine_id, knobs).is_good() &&
+                   !knobs.contains(fe::KnobType_t::NOT_SET);
+    t.knobs = sorted_knobs(knobs);
+    if (g.get_workspace_size_plan_at_index(i, t.workspace).is_bad() || t.workspace > r.options.max_workspace_bytes) {
+      ++failed;
+      continue;
+    }
+    if (is_baseline) bench.spin_up(i, t.workspace, 3.0);
+    const auto ms = bench.time(i, t.workspace, deadline, is_baseline, why);
+    if (!ms) {
+      ++failed;
+      if (first_failure.empty()) first_failure = why;
+      continue;
+    }
+    stats().candidates_timed.fetch_add(1);
+    t.median_ms = *ms;
+    if (is_baseline) baseline_ms = *ms;
+    timed.push_back(std::move(t));
+  }
+
+  std::vector<const Timed*> ranked;
+  for (const auto& t : timed)
+    if (t.replayable) ranked.push_back(&t);
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Timed* a, const Timed* b) { return a->median_ms < b->median_ms; });
+  // The heuristics' choice may carry knobs this frontend cannot name, so that no engine id and
+  // knobs rebuild it; when it is the fastest it is still the plan to run, and the cache records it
+  // as engine heuristic_engine ("cuDNN's heuristic choice", which the key's versions pin down).
+  const Timed* base = nullptr;
+  for (const auto& t : timed)
+    if (t.index == r.baseline) base = &t;
+  const bool take_base = base && !base->replayable && (ranked.empty() || base->median_ms < ranked.front()->median_ms);
+  if (ranked.empty() && !take_base) {
+    warn(cat(r.op, ": no candidate plan could be timed", first_failure.empty() ? "" : " (" + first_failure + ")",
+             "; keeping cuDNN's heuristic choice"));
+    return std::nullopt;
+  }
+  const Timed& best = take_base ? *base : *ranked.front();
+  (void)g.build_plan_at_index(best.index);  // built already: makes it the graph's default plan too
+
+  Choice c;
+  c.engine_id = take_base ? heuristic_engine : best.engine_id;
+  if (!take_base) c.knobs = best.knobs;
+  c.median_ms = best.median_ms;
+  c.workspace_bytes = best.workspace;
+  c.heuristic_ms = baseline_ms;
+  c.candidates_tried = tried;
+  c.candidates_failed = failed;
+  c.tuning_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (const std::size_t second = take_base ? 0 : 1; ranked.size() > second)
+    c.runner_up = RunnerUp{ranked[second]->engine_id, ranked[second]->knobs, ranked[second]->median_ms};
+
+  stats().ops_tuned.fetch_add(1);
+  try {
+    const auto store = cache();
+    use_environment(*store, r.key.environment());
+    store->insert(r.key, c);
+    store->save();  // atomic and merged; a failure to write is the cache's warning
+  } catch (const cutrain::Error& e) {
+    warn(cat(r.op, ": the choice was not stored (", e.what(), ")"));
+  }
+  last() = Result{r.key, std::move(c), false};
+  return std::pair{best.index, best.workspace};
+}
+
+}  // namespace detail
+
+// Opened by cudnn::cached_graph() around the first build of a graph: in a tuning mode, build()
+// plans through plan(), and finish() then times the candidates (or takes the cached engine) and
+// sets the plan the graph executes. In heuristic mode it does nothing.
+class PlanScope {
+ public:
+  PlanScope(int device, const std::string& graph_key) : prev_(detail::current_request()) {
+    const Mode m = mode();
+    if (m == Mode::heuristic) {
+      detail::current_request() = nullptr;
+      return;
+    }
+    req_.device = device;
+    req_.graph_key = graph_key;
+    req_.mode = m;
+    req_.options = options();
+    detail::current_request() = &req_;
+  }
+  ~PlanScope() { detail::current_request() = prev_; }
+  PlanScope(const PlanScope&) = delete;
+  PlanScope& operator=(const PlanScope&) = delete;
+
+  // plan_index and workspace_bytes are the built graph's (BuiltGraph::plan_index, ::workspace).
+  // Tuning never fails the op: a tuner that cannot time anything keeps the heuristics' plan.
+  void finish(cudnn_frontend::graph::Graph& g, const std::vector<detail::TensorAttr>& tensors,
+              std::int64_t& plan_index, std::int64_t& workspace_bytes) {
+    if (detail::current_request() != &req_ || !req_.planned) return;
+    if (req_.hit) {
+      std::int64_t ws = 0;
+      if (g.get_workspace_size_plan_at_index(req_.plan_index, ws).is_good()) {
+        plan_index = req_.plan_index;
+        workspace_bytes = ws;
+      }
+      stats().cache_hits.fetch_add(1);
+      detail::last() = Result{req_.key, *req_.hit, true};
+      return;
+    }
+    std::optional<std::pair<std::int64_t, std::int64_t>> chosen;
+    try {
+      chosen = detail::tune(g, tensors, req_);
+    } catch (const cutrain::Error& e) {  // out of memory for the scratch tensors, say
+      detail::warn(cutrain::detail::cat(req_.op, ": tuning failed (", e.what(), "); keeping cuDNN's heuristic choice"));
+    }
+    if (!chosen) {
+      // Pin the baseline: building other candidates moved the graph's default plan.
+      std::int64_t ws = 0;
+      if (g.get_workspace_size_plan_at_index(req_.baseline, ws).is_good()) chosen = std::pair{req_.baseline, ws};
+    }
+    if (chosen) std::tie(plan_index, workspace_bytes) = *chosen;
+  }
+
+ private:
+  detail::Request req_;
+  detail::Request* prev_;
+};
+
+}  // namespace cutrain::cuda::autotune

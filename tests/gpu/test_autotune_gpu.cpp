@@ -1,0 +1,265 @@
+// The autotuner on the GPU: in benchmark mode conv plans (fprop, dgrad, wgrad; f32 and bf16) are
+// timed, the winner is no slower than cuDNN's heuristic choice (which is among the timed ones)
+// and still matches the CPU backend; the cache file written then replays the same engines in
+// cached mode, timing nothing; a cache entry whose engine no longer builds is tuned again;
+// heuristic mode never times.
+#include "parity.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/cuda/cudnn/conv.hpp"
+#include "cutrain/ops/conv2d.hpp"
+
+using namespace cutrain;
+using namespace cutrain::test;
+namespace autotune = cutrain::cuda::autotune;
+
+namespace {
+
+// A fresh directory under the system temp directory, removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("cutrain_test_autotune_gpu_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Puts the tuner back as the other tests expect it: the global cache, the default options, and
+// no graph built under this test's modes.
+struct Restore {
+  ~Restore() {
+    autotune::set_cache(nullptr);
+    autotune::set_options({});
+    cuda::cudnn::clear_graph_cache();
+  }
+};
+
+struct TuneCase {
+  const char* name;
+  Shape x, w;
+  Conv2dParams p;
+};
+
+// Shapes no other GPU test uses, so that no graph of theirs is involved.
+const TuneCase tune_cases[] = {
+    {"3x3_64", {8, 64, 14, 14}, {64, 64, 3, 3}, Conv2dParams::make(1, 1)},
+    {"3x3_s2", {4, 32, 15, 15}, {48, 32, 3, 3}, Conv2dParams::make(2, 1)},
+    {"1x1", {4, 64, 8, 8}, {32, 64, 1, 1}, Conv2dParams::make(1, 0)},
+};
+
+// Runs fprop, dgrad and wgrad on the GPU, checks each against the CPU backend (f64), and returns
+// what the tuner reported for each (empty where it neither tuned nor looked anything up).
+template <class T>
+std::vector<std::optional<autotune::Result>> run_convs(const TuneCase& c, Layout layout) {
+  const std::string tag = cutrain::detail::cat("autotune ", c.name, " ", dtype_of<T>, " ", layout);
+  Rng rng(std::hash<std::string>{}(tag));
+  auto [x, xr] = random_pair<T>(c.x, rng, layout);
+  auto [w, wr] = random_pair<T>(c.w, rng, layout);
+  const Shape ys = conv2d_output_shape(c.x, c.w, c.p);
+  auto [dy, dyr] = random_pair<T>(ys, rng, layout);
+  std::vector<std::optional<autotune::Result>> results;
+
+  autotune::clear_last_result();
+  auto y = poisoned<T>(ys, layout);
+  cuda::cudnn::conv2d_forward(x, w, Tensor<T>{}, c.p, y);
+  check_close(tag + " fprop", y, ops::conv2d_forward(xr, wr, c.p));
+  results.push_back(autotune::last_result());
+
+  autotune::clear_last_result();
+  auto dx = poisoned<T>(c.x, layout);
+  cuda::cudnn::conv2d_backward_data(dy, w, c.p, dx);
+  check_close(tag + " dgrad", dx, ops::conv2d_backward_data(dyr, wr, c.x, c.p));
+  results.push_back(autotune::last_result());
+
+  autotune::clear_last_result();
+  auto dw = poisoned<T>(c.w, layout);
+  cuda::cudnn::conv2d_backward_filter(dy, x, c.p, dw);
+  check_close(tag + " wgrad", dw, ops::conv2d_backward_filter(dyr, xr, c.w, c.p));
+  results.push_back(autotune::last_result());
+
+  cuda::synchronize();
+  return results;
+}
+
+// Every case in f32 NCHW (TF32 off) and bf16 NHWC.
+std::vector<std::optional<autotune::Result>> run_all() {
+  std::vector<std::optional<autotune::Result>> all;
+  for (const auto& c : tune_cases) {
+    for (auto& r : run_convs<float>(c, Layout::nchw)) all.push_back(std::move(r));
+    for (auto& r : run_convs<cutrain::bfloat16>(c, Layout::nhwc)) all.push_back(std::move(r));
+  }
+  return all;
+}
+
+std::int64_t timed_count() { return autotune::stats().candidates_timed.load(); }
+
+}  // namespace
+
+TEST_CASE("gpu autotune: modes and guards") {
+  CHECK(autotune::parse_mode("heuristic") == autotune::Mode::heuristic);
+  CHECK(autotune::parse_mode("benchmark") == autotune::Mode::benchmark);
+  CHECK(autotune::parse_mode("cached") == autotune::Mode::cached);
+  CHECK(!autotune::parse_mode("fastest"));
+  const auto outer = autotune::mode();
+  {
+    autotune::ModeGuard a(autotune::Mode::heuristic);
+    CHECK(autotune::mode() == autotune::Mode::heuristic);
+    {
+      autotune::ModeGuard b(autotune::Mode::benchmark);
+      CHECK(autotune::mode() == autotune::Mode::benchmark);
+    }
+    CHECK(autotune::mode() == autotune::Mode::heuristic);
+  }
+  CHECK(autotune::mode() == outer);
+  CHECK_THROWS_AS(autotune::set_options({.max_candidates = 0}), InvalidArgument);
+  CHECK_THROWS_AS(autotune::set_options({.max_tuning_ms = -1}), InvalidArgument);
+}
+
+TEST_CASE("gpu autotune: benchmark tunes conv plans that match the CPU backend; the cache file replays them") {
+  Restore restore;
+  TempDir dir;
+  const auto path = dir / "autotune.json";
+  auto first = std::make_shared<autotune::Cache>(path);
+  autotune::set_cache(first);
+  autotune::set_options({});
+  cuda::cudnn::clear_graph_cache();
+
+  // 1. benchmark: every op is timed and stored.
+  std::vector<autotune::Result> tuned;
+  {
+    autotune::ModeGuard mode(autotune::Mode::benchmark);
+    const auto timed0 = timed_count();
+    const auto ops0 = autotune::stats().ops_tuned.load();
+    for (const auto& r : run_all()) {
+      REQUIRE(r);
+      const auto& c = r->choice;
+      INFO(r->key.op << " " << r->key.signature);
+      CHECK(!r->from_cache);
+      CHECK(c.heuristic_ms > 0);  // the baseline was timed
+      CHECK(c.median_ms <= c.heuristic_ms * 1.05);
+      CHECK(c.candidates_tried >= 1);
+      CHECK(c.candidates_tried <= autotune::options().max_candidates);
+      CHECK(c.candidates_failed <= c.candidates_tried);
+      CHECK(c.tuning_ms > 0);
+      if (c.runner_up) CHECK(c.runner_up->median_ms >= c.median_ms);
+      std::printf("%-24s eng%-4lld %8.4f ms (heuristic %8.4f ms, %5.3fx) tried %2d failed %2d, %6.1f ms tuning: %s\n",
+                  r->key.op.c_str(), static_cast<long long>(c.engine_id), c.median_ms, c.heuristic_ms,
+                  c.heuristic_ms / c.median_ms, c.candidates_tried, c.candidates_failed, c.tuning_ms,
+                  r->key.signature.c_str());
+      tuned.push_back(*r);
+    }
+    CHECK(autotune::stats().ops_tuned.load() - ops0 == static_cast<std::int64_t>(tuned.size()));
+    CHECK(timed_count() - timed0 >= static_cast<std::int64_t>(tuned.size()));
+  }
+  REQUIRE(std::filesystem::exists(path));
+  CHECK(first->size() == tuned.size());
+
+  // 2. cached, from the file: a fresh cache object and fresh graphs; nothing is timed.
+  cuda::cudnn::clear_graph_cache();
+  auto second = std::make_shared<autotune::Cache>(path);
+  CHECK(second->size() == tuned.size());
+  autotune::set_cache(second);
+  {
+    autotune::ModeGuard mode(autotune::Mode::cached);
+    const auto timed0 = timed_count();
+    const auto ops0 = autotune::stats().ops_tuned.load();
+    const auto hits0 = autotune::stats().cache_hits.load();
+    const auto replayed = run_all();
+    REQUIRE(replayed.size() == tuned.size());
+    for (std::size_t i = 0; i < replayed.size(); ++i) {
+      REQUIRE(replayed[i]);
+      INFO(tuned[i].key.op << " " << tuned[i].key.signature);
+      CHECK(replayed[i]->from_cache);
+      CHECK(replayed[i]->key == tuned[i].key);
+      CHECK(replayed[i]->choice.engine_id == tuned[i].choice.engine_id);
+      CHECK(replayed[i]->choice.knobs == tuned[i].choice.knobs);
+    }
+    CHECK(timed_count() == timed0);
+    CHECK(autotune::stats().ops_tuned.load() == ops0);
+    CHECK(autotune::stats().cache_hits.load() - hits0 == static_cast<std::int64_t>(tuned.size()));
+  }
+
+  // 3. heuristic: nothing timed, nothing looked up.
+  cuda::cudnn::clear_graph_cache();
+  {
+    autotune::ModeGuard mode(autotune::Mode::heuristic);
+    const auto timed0 = timed_count();
+    const auto hits0 = autotune::stats().cache_hits.load();
+    for (const auto& r : run_all()) CHECK(!r);
+    CHECK(timed_count() == timed0);
+    CHECK(autotune::stats().cache_hits.load() == hits0);
+  }
+}
+
+TEST_CASE("gpu autotune: a cache entry whose engine no longer builds is tuned again and replaced") {
+  Restore restore;
+  TempDir dir;
+  auto cache = std::make_shared<autotune::Cache>(dir / "autotune.json");
+  autotune::set_cache(cache);
+  cuda::cudnn::clear_graph_cache();
+  const TuneCase& c = tune_cases[0];
+
+  std::optional<autotune::Result> first;
+  {
+    autotune::ModeGuard mode(autotune::Mode::benchmark);
+    first = run_convs<float>(c, Layout::nhwc)[0];
+  }
+  REQUIRE(first);
+  autotune::Choice stale = first->choice;
+  stale.engine_id = 1 << 20;  // no such engine
+  stale.knobs = {{1, 12345}};
+  stale.runner_up.reset();
+  cache->insert(first->key, stale);
+
+  cuda::cudnn::clear_graph_cache();
+  {
+    autotune::ModeGuard mode(autotune::Mode::cached);
+    const auto ops0 = autotune::stats().ops_tuned.load();
+    const auto again = run_convs<float>(c, Layout::nhwc)[0];  // checks parity too
+    REQUIRE(again);
+    CHECK(!again->from_cache);
+    CHECK(autotune::stats().ops_tuned.load() == ops0 + 1);  // fprop re-tuned; dgrad and wgrad replayed
+    const auto stored = cache->find(first->key);
+    REQUIRE(stored);
+    CHECK(stored->engine_id == again->choice.engine_id);
+    CHECK(stored->engine_id != stale.engine_id);
+  }
+}
+
+TEST_CASE("gpu autotune: options bound the search and key deterministic choices apart") {
+  Restore restore;
+  TempDir dir;
+  autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
+  cuda::cudnn::clear_graph_cache();
+  autotune::set_options({.max_candidates = 3, .deterministic_only = true});
+  autotune::ModeGuard mode(autotune::Mode::benchmark);
+  for (const auto& r : run_convs<float>(tune_cases[1], Layout::nchw)) {
+    REQUIRE(r);
+    CHECK(r->choice.candidates_tried <= 3);
+    CHECK(r->key.signature.ends_with(" deterministic"));
+    CHECK(r->choice.median_ms <= r->choice.heuristic_ms * 1.05);
+  }
+}
