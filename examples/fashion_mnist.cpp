@@ -6,11 +6,13 @@
 //   fashion_mnist [--device cpu|cuda] [--epochs N] [--batch N] [--lr X] [--seed N] [--data DIR]
 //                 [--limit N] [--width N] [--augment] [--label-smoothing X] [--cuda-graphs]
 //                 [--autotune heuristic|benchmark|cached] [--csv FILE] [--checkpoint FILE] [--resume]
+//                 [--stop-after N]
 //
 // Prints per-epoch train loss, test loss and accuracy; a progress bar (loss, images/s, ETA) on a
 // terminal, plain lines every 100 steps otherwise; and as the last line: "final test accuracy
 // XX.XX%, YYYY images/s". --checkpoint writes model, optimizer, schedule position and loader
-// epoch after every epoch (atomically); --resume continues from it. --autotune picks how cuDNN
+// epoch after every epoch (atomically); --resume continues from it; --stop-after N ends the run
+// after epoch N as an interruption would (the schedule still spans --epochs). --autotune picks how cuDNN
 // plans are chosen (default heuristic here: tuning the ~20 graphs of this small network costs
 // seconds on a cold cache and gains little; CUTRAIN_AUTOTUNE sets the library's default otherwise).
 #include <chrono>
@@ -53,6 +55,7 @@ struct Args {
   std::string csv;
   std::string checkpoint;
   bool resume = false;
+  int stop_after = 0;  // 0 = run every epoch
 };
 
 [[noreturn]] void usage(const std::string& msg) {
@@ -60,7 +63,7 @@ struct Args {
             << "usage: fashion_mnist [--device cpu|cuda] [--epochs N] [--batch N] [--lr X] [--seed N]\n"
             << "                     [--data DIR] [--limit N] [--width N] [--augment] [--label-smoothing X]\n"
             << "                     [--cuda-graphs] [--autotune heuristic|benchmark|cached] [--csv FILE]\n"
-            << "                     [--checkpoint FILE] [--resume]\n";
+            << "                     [--checkpoint FILE] [--resume] [--stop-after N]\n";
   std::exit(2);
 }
 
@@ -88,6 +91,7 @@ Args parse(int argc, char** argv) {
       else if (f == "--csv") a.csv = value();
       else if (f == "--checkpoint") a.checkpoint = value();
       else if (f == "--resume") a.resume = true;
+      else if (f == "--stop-after") a.stop_after = std::stoi(value());
       else if (f == "--help" || f == "-h") usage("help");
       else usage("unknown flag " + f);
     } catch (const std::logic_error&) {  // stoi & co.
@@ -102,6 +106,7 @@ Args parse(int argc, char** argv) {
   if (a.width < 1 || a.width > 16) usage("--width must be in [1, 16]");
   if (a.label_smoothing < 0 || a.label_smoothing >= 1) usage("--label-smoothing must be in [0, 1)");
   if (a.resume && a.checkpoint.empty()) usage("--resume needs --checkpoint FILE");
+  if (a.stop_after < 0) usage("--stop-after must be >= 0");
   if (a.autotune != "heuristic" && a.autotune != "benchmark" && a.autotune != "cached")
     usage("--autotune must be heuristic, benchmark or cached");
   return a;
@@ -370,6 +375,10 @@ int main(int argc, char** argv) {
         ck.put_int("total_steps", total_steps);
         ck.put_int("width", args.width);
         ck.save(args.checkpoint);
+      }
+      if (epoch == args.stop_after && epoch < args.epochs) {
+        std::printf("stopped after epoch %d of %d (--stop-after); continue with --resume\n", epoch, args.epochs);
+        return 0;
       }
     }
     std::printf("total wall time %.1f s from process start\n", seconds(t_start, Clock::now()));
