@@ -6,13 +6,16 @@
 //   fashion_mnist [--device cpu|cuda] [--epochs N] [--batch N] [--lr X] [--seed N] [--data DIR]
 //                 [--limit N] [--width N] [--augment] [--label-smoothing X] [--cuda-graphs]
 //                 [--autotune heuristic|benchmark|cached] [--csv FILE] [--checkpoint FILE] [--resume]
-//                 [--stop-after N]
+//                 [--stop-after N] [--deterministic]
 //
 // Prints per-epoch train loss, test loss and accuracy; a progress bar (loss, images/s, ETA) on a
 // terminal, plain lines every 100 steps otherwise; and as the last line: "final test accuracy
 // XX.XX%, YYYY images/s". --checkpoint writes model, optimizer, schedule position and loader
 // epoch after every epoch (atomically); --resume continues from it; --stop-after N ends the run
-// after epoch N as an interruption would (the schedule still spans --epochs). --autotune picks how cuDNN
+// after epoch N as an interruption would (the schedule still spans --epochs). --deterministic
+// (GPU) has the autotuner pick only plans cuDNN marks deterministic (implies --autotune cached
+// unless benchmark is given: the first run tunes, ~20 s, later runs take the plans from the
+// cache), so that a run repeats exactly and a resumed run repeats an uninterrupted one. --autotune picks how cuDNN
 // plans are chosen (default heuristic here: tuning the ~20 graphs of this small network costs
 // seconds on a cold cache and gains little; CUTRAIN_AUTOTUNE sets the library's default otherwise).
 #include <chrono>
@@ -56,6 +59,7 @@ struct Args {
   std::string checkpoint;
   bool resume = false;
   int stop_after = 0;  // 0 = run every epoch
+  bool deterministic = false;
 };
 
 [[noreturn]] void usage(const std::string& msg) {
@@ -63,7 +67,7 @@ struct Args {
             << "usage: fashion_mnist [--device cpu|cuda] [--epochs N] [--batch N] [--lr X] [--seed N]\n"
             << "                     [--data DIR] [--limit N] [--width N] [--augment] [--label-smoothing X]\n"
             << "                     [--cuda-graphs] [--autotune heuristic|benchmark|cached] [--csv FILE]\n"
-            << "                     [--checkpoint FILE] [--resume] [--stop-after N]\n";
+            << "                     [--checkpoint FILE] [--resume] [--stop-after N] [--deterministic]\n";
   std::exit(2);
 }
 
@@ -92,6 +96,7 @@ Args parse(int argc, char** argv) {
       else if (f == "--checkpoint") a.checkpoint = value();
       else if (f == "--resume") a.resume = true;
       else if (f == "--stop-after") a.stop_after = std::stoi(value());
+      else if (f == "--deterministic") a.deterministic = true;
       else if (f == "--help" || f == "-h") usage("help");
       else usage("unknown flag " + f);
     } catch (const std::logic_error&) {  // stoi & co.
@@ -107,6 +112,7 @@ Args parse(int argc, char** argv) {
   if (a.label_smoothing < 0 || a.label_smoothing >= 1) usage("--label-smoothing must be in [0, 1)");
   if (a.resume && a.checkpoint.empty()) usage("--resume needs --checkpoint FILE");
   if (a.stop_after < 0) usage("--stop-after must be >= 0");
+  if (a.deterministic && a.autotune == "heuristic") a.autotune = "cached";
   if (a.autotune != "heuristic" && a.autotune != "benchmark" && a.autotune != "cached")
     usage("--autotune must be heuristic, benchmark or cached");
   return a;
@@ -209,6 +215,11 @@ int main(int argc, char** argv) {
     if (args.cuda_graphs && dev.is_cpu()) usage("--cuda-graphs needs the GPU");
 #ifdef CUTRAIN_WITH_CUDA
     cuda::autotune::set_mode(*cuda::autotune::parse_mode(args.autotune));
+    if (args.deterministic) {
+      auto o = cuda::autotune::options();
+      o.deterministic_only = true;
+      cuda::autotune::set_options(o);
+    }
 #endif
 
     data::ImageDataset<float> train_full, test_set;
@@ -279,6 +290,7 @@ int main(int argc, char** argv) {
               << (args.augment ? ", crop+flip" : "")
               << (args.label_smoothing > 0 ? ", label smoothing " + std::to_string(args.label_smoothing) : "")
               << (args.cuda_graphs ? ", CUDA graphs" : "") << (dev.is_cpu() ? "" : ", autotune " + args.autotune)
+              << (args.deterministic ? ", deterministic" : "")
               << std::endl;
 
     std::ofstream csv;
