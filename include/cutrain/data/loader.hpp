@@ -8,8 +8,9 @@
 // so two loops give two different shuffles; set_epoch(e) replays epoch e exactly (resume).
 // Everything random is a function of (seed, epoch, position), never of the order of evaluation.
 //
-// Limits: batches are assembled on the calling thread into fresh host tensors and copied with
-// .to(device); there are no pinned host buffers and no copy overlapped with compute yet.
+// For a GPU device a batch is assembled in one of two pinned host buffers and copied to the
+// device asynchronously on this thread's stream, so the host prepares the next batch while the
+// GPU computes. Limits: batches are assembled on the calling thread (no worker threads).
 // One mean and one std apply to every channel. Padding for the crop is zero in the dataset's
 // pixel values (before normalization), as torchvision's RandomCrop(padding) then Normalize.
 #pragma once
@@ -25,6 +26,12 @@
 #include "cutrain/core/random.hpp"
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/data/idx.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include <array>
+
+#include "cutrain/cuda/runtime.hpp"
+#endif
 
 namespace cutrain::data {
 
@@ -45,6 +52,60 @@ struct Batch {
   Tensor<T> x;             // [B, C, H, W]
   Tensor<std::int32_t> y;  // [B]
 };
+
+#ifdef CUTRAIN_WITH_CUDA
+namespace detail {
+// Pinned host buffers that batches for the GPU are assembled in, two of them used in turn: the
+// copy to the device is then asynchronous, so the host assembles batch k + 1 (and queues its
+// step) while the GPU still runs step k. A buffer is written again only after its last copy is
+// done (its event).
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  ~PinnedStaging() {
+    for (auto& s : slots_) {
+      if (s.done) {
+        cudaEventSynchronize(s.done);
+        cudaEventDestroy(s.done);
+      }
+      if (s.host) cudaFreeHost(s.host);
+    }
+  }
+  // The next buffer, at least bytes long, free to be written.
+  void* acquire(std::size_t bytes) {
+    constexpr std::string_view op = "data::Loader";
+    Slot& s = slots_[next_];
+    if (s.done) cuda::check(cudaEventSynchronize(s.done), op, "waiting for a staging buffer's last copy");
+    else cuda::check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), op, "cudaEventCreate");
+    if (s.bytes < bytes) {
+      if (s.host) cuda::check(cudaFreeHost(s.host), op, "cudaFreeHost");
+      s.host = nullptr;
+      s.bytes = 0;
+      cuda::check(cudaHostAlloc(&s.host, bytes, cudaHostAllocDefault), op,
+                  cutrain::detail::cat("cudaHostAlloc of ", bytes, " bytes (pinned staging buffer)"));
+      s.bytes = bytes;
+    }
+    return s.host;
+  }
+  // The copies out of the buffer acquire() returned are queued on this thread's stream.
+  void release() {
+    cuda::check(cudaEventRecord(slots_[next_].done, cuda::current_stream()), "data::Loader", "cudaEventRecord");
+    next_ = (next_ + 1) % slots_.size();
+  }
+
+ private:
+  struct Slot {
+    void* host = nullptr;
+    std::size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  std::array<Slot, 2> slots_{};
+  std::size_t next_ = 0;
+};
+}  // namespace detail
+#endif
 
 template <class T = float>
 class Loader {
@@ -108,11 +169,29 @@ class Loader {
     const std::int64_t c = images_.shape()[1], h = images_.shape()[2], w = images_.shape()[3];
     const std::int64_t begin = k * opts_.batch, end = std::min(begin + opts_.batch, dataset_size());
     const std::int64_t b = end - begin, plane = h * w, sample = c * plane;
-    Tensor<T> x({b, c, h, w});
-    Tensor<std::int32_t> y({b});
+    // On the CPU the batch is assembled in its tensors; for a GPU, in a pinned staging buffer
+    // (x, then y at a 256-byte aligned offset) copied to the device asynchronously.
+    Tensor<T> x;
+    Tensor<std::int32_t> y;
+    T* dst = nullptr;
+    std::int32_t* ydst = nullptr;
+#ifdef CUTRAIN_WITH_CUDA
+    const auto x_bytes = static_cast<std::size_t>(b * sample) * sizeof(T);
+    const std::size_t y_offset = (x_bytes + 255) / 256 * 256;
+    if (!opts_.device.is_cpu()) {
+      auto* base = static_cast<unsigned char*>(staging_->acquire(y_offset + static_cast<std::size_t>(b) * sizeof(std::int32_t)));
+      dst = reinterpret_cast<T*>(base);
+      ydst = reinterpret_cast<std::int32_t*>(base + y_offset);
+    }
+#endif
+    if (!dst) {
+      x = Tensor<T>({b, c, h, w});
+      y = Tensor<std::int32_t>({b});
+      dst = x.data();
+      ydst = y.data();
+    }
     const T* src = images_.data();
     const std::int32_t* lsrc = labels_.data();
-    T* dst = x.data();
     const T mean = static_cast<T>(opts_.normalize_mean);
     const T inv_std = static_cast<T>(1.0 / opts_.normalize_std);
     const T pad_value = (T(0) - mean) * inv_std;
@@ -120,7 +199,7 @@ class Loader {
     const int p = opts_.random_crop_padding;
     for (std::int64_t i = 0; i < b; ++i) {
       const std::int64_t pos = begin + i, s = perm[static_cast<std::size_t>(pos)];
-      y.data()[i] = lsrc[s];
+      ydst[i] = lsrc[s];
       // Offsets of the crop window in the padded image, in [0, 2p]; dy = dx = p is the identity.
       std::int64_t dy = p, dx = p;
       bool flip = false;
@@ -149,7 +228,20 @@ class Loader {
       }
     }
     if (opts_.device.is_cpu()) return {std::move(x), std::move(y)};
+#ifdef CUTRAIN_WITH_CUDA
+    Tensor<T> xd(Shape{b, c, h, w}, {.device = opts_.device});
+    Tensor<std::int32_t> yd(Shape{b}, {.device = opts_.device});
+    const cudaStream_t stream = cuda::current_stream();
+    cuda::check(cudaMemcpyAsync(xd.data(), dst, x_bytes, cudaMemcpyHostToDevice, stream), "data::Loader",
+                "cudaMemcpyAsync of a batch");
+    cuda::check(cudaMemcpyAsync(yd.data(), ydst, static_cast<std::size_t>(b) * sizeof(std::int32_t),
+                                cudaMemcpyHostToDevice, stream),
+                "data::Loader", "cudaMemcpyAsync of a batch's labels");
+    staging_->release();
+    return {std::move(xd), std::move(yd)};
+#else
     return {x.to(opts_.device), y.to(opts_.device)};
+#endif
   }
 
   class iterator {
@@ -192,6 +284,9 @@ class Loader {
   Tensor<std::int32_t> labels_;
   LoaderOptions opts_;
   std::int64_t epoch_ = 0;
+#ifdef CUTRAIN_WITH_CUDA
+  std::shared_ptr<detail::PinnedStaging> staging_ = std::make_shared<detail::PinnedStaging>();
+#endif
 };
 
 template <class T>
