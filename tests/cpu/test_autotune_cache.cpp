@@ -2,6 +2,8 @@
 // environments, damaged and foreign files, merging, and processes that save at the same time.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,31 +31,9 @@ using namespace cutrain;
 using namespace cutrain::cuda::autotune;
 using namespace std::string_literals;
 using Catch::Matchers::Contains;
+using TempDir = cutrain::test::TempDir;
 
 namespace {
-
-// A fresh directory under the system temp directory, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("cutrain_test_autotune_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 std::string read_text(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -287,7 +267,7 @@ TEST_CASE("json: values JSON cannot hold are refused", "[autotune]") {
 
 TEST_CASE("json: mutated cache files parse or throw cutrain::Error, never crash", "[autotune]") {
   // A real cache file is the seed, so that mutations hit the structure the cache reads.
-  TempDir dir;
+  TempDir dir("autotune");
   {
     Warnings w;
     Cache c(dir / "seed.json");
@@ -416,7 +396,7 @@ TEST_CASE("autotune: every key field takes part in equality, hash and text", "[a
 // The cache file
 
 TEST_CASE("autotune: the cache round-trips through its file", "[autotune]") {
-  TempDir dir;
+  TempDir dir("autotune");
   const auto path = dir / "sub" / "autotune.json";  // save() creates the directory
   unsigned char algo_bytes[64];
   for (int i = 0; i < 64; ++i) algo_bytes[i] = static_cast<unsigned char>(i * 37);
@@ -471,7 +451,7 @@ TEST_CASE("autotune: the cache round-trips through its file", "[autotune]") {
 }
 
 TEST_CASE("autotune: entries of another GPU or library version stay in the file but are never found", "[autotune]") {
-  TempDir dir;
+  TempDir dir("autotune");
   const auto path = dir / "autotune.json";
   Warnings w;
   {
@@ -514,7 +494,7 @@ TEST_CASE("autotune: entries of another GPU or library version stay in the file 
 }
 
 TEST_CASE("autotune: a corrupt, truncated, empty or foreign file is one warning and an empty cache", "[autotune]") {
-  TempDir dir;
+  TempDir dir("autotune");
   {
     Warnings w;
     Cache good(dir / "good.json");
@@ -593,7 +573,7 @@ TEST_CASE("autotune: a corrupt, truncated, empty or foreign file is one warning 
 }
 
 TEST_CASE("autotune: a cache that cannot be written warns and keeps working in memory", "[autotune]") {
-  TempDir dir;
+  TempDir dir("autotune");
   write_text(dir / "a_file", "x");
   Warnings w;
   Cache c(dir / "a_file" / "sub" / "autotune.json");  // its directory cannot exist
@@ -672,7 +652,7 @@ TEST_CASE("autotune: insert refuses what no file could hold", "[autotune]") {
 // Merging and concurrency
 
 TEST_CASE("autotune: save merges with the file as it is on disk", "[autotune]") {
-  TempDir dir;
+  TempDir dir("autotune");
   const auto path = dir / "autotune.json";
   Warnings w;
   Cache a(path), b(path);
@@ -710,7 +690,7 @@ TEST_CASE("autotune: save merges with the file as it is on disk", "[autotune]") 
 }
 
 TEST_CASE("autotune: threads share one cache", "[autotune]") {
-  TempDir dir;
+  TempDir dir("autotune");
   Warnings w;
   Cache c(dir / "autotune.json");
   setup(c, w);
@@ -732,7 +712,7 @@ TEST_CASE("autotune: threads share one cache", "[autotune]") {
 }
 
 TEST_CASE("autotune: four processes saving at once lose no entry", "[autotune]") {
-  TempDir dir;
+  TempDir dir("autotune");
   const auto path = dir / "shared" / "autotune.json";
   constexpr int children = 4, per_child = 50, own = 25;
   std::vector<pid_t> pids;

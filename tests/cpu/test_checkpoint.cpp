@@ -21,6 +21,7 @@
 #include "cutrain/nn/checkpoint.hpp"
 #include "cutrain/optim/adamw.hpp"
 #include "cutrain/optim/sgd.hpp"
+#include "temp_dir.hpp"
 
 using namespace cutrain;
 using autograd::Var;
@@ -28,27 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("cutrain_test_checkpoint_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::set<std::string> entries() const {
-    std::set<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.insert(e.path().filename().string());
-    return out;
-  }
-};
+using TempDir = cutrain::test::TempDir;
 
 std::vector<char> read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -128,7 +109,7 @@ Tensor<T> random_bits(const Shape& s, Rng& rng) {
 }  // namespace
 
 TEST_CASE("checkpoint: every record kind and dtype round-trips bit-exactly", "[checkpoint]") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   Rng rng(11);
   Checkpoint c;
   // Random bit patterns: every NaN payload, infinity, subnormal and -0 a dtype has is fair game.
@@ -162,7 +143,7 @@ TEST_CASE("checkpoint: every record kind and dtype round-trips bit-exactly", "[c
   CHECK(c.contains("replaced"));
   CHECK_FALSE(c.contains("nope"));
 
-  const fs::path file = dir.path / "all.ckpt";
+  const fs::path file = dir.path() / "all.ckpt";
   c.save(file);
   const Checkpoint d = Checkpoint::load(file);
   CHECK(d.names() == c.names());
@@ -215,7 +196,7 @@ TEST_CASE("checkpoint: every record kind and dtype round-trips bit-exactly", "[c
 }
 
 TEST_CASE("checkpoint: module, AdamW and SGD state round trip", "[checkpoint]") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   Rng data(5);
   auto net = tiny_net(1);
   optim::AdamW<float> adam(net.parameters(), {.lr = 1e-2});
@@ -236,7 +217,7 @@ TEST_CASE("checkpoint: module, AdamW and SGD state round trip", "[checkpoint]") 
   CHECK(c.contains("model.1.running_var"));
   CHECK(c.contains("sgd.0.momentum_buffer"));
   CHECK_FALSE(c.contains("sgd.6.momentum_buffer"));
-  const fs::path file = dir.path / "state.ckpt";
+  const fs::path file = dir.path() / "state.ckpt";
   c.save(file);
   const Checkpoint d = Checkpoint::load(file);
 
@@ -300,7 +281,7 @@ TEST_CASE("checkpoint: module, AdamW and SGD state round trip", "[checkpoint]") 
 }
 
 TEST_CASE("checkpoint: a resumed run is bit-identical to an uninterrupted one", "[checkpoint]") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   const optim::CosineSchedule sched{.lr = 2e-2, .total_steps = 6, .min_lr = 1e-3, .warmup_steps = 2};
   const optim::AdamWOptions adam_opts{.lr = 2e-2, .weight_decay = 1e-2};
 
@@ -316,7 +297,7 @@ TEST_CASE("checkpoint: a resumed run is bit-identical to an uninterrupted one", 
   }
 
   // Interrupted: 3 steps, checkpoint, everything dropped.
-  const fs::path file = dir.path / "run.ckpt";
+  const fs::path file = dir.path() / "run.ckpt";
   {
     auto net = tiny_net(3);
     optim::AdamW<float> opt(net.parameters(), adam_opts);
@@ -358,17 +339,17 @@ TEST_CASE("checkpoint: a resumed run is bit-identical to an uninterrupted one", 
 }
 
 TEST_CASE("checkpoint: damaged, foreign, empty and missing files give IoError with the reason", "[checkpoint]") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   Rng rng(3);
   Checkpoint c;
   c.put("w", Tensor<float>::randn(Shape{40, 25}, rng));  // 4000 bytes: the middle of the file is tensor data
   c.put_int("step", 12);
   c.put_string("note", "hello");
-  const fs::path good = dir.path / "good.ckpt";
+  const fs::path good = dir.path() / "good.ckpt";
   c.save(good);
   const std::vector<char> bytes = read_bytes(good);
   REQUIRE(bytes.size() > 4000);
-  const fs::path bad = dir.path / "bad.ckpt";
+  const fs::path bad = dir.path() / "bad.ckpt";
   auto load_bad = [&](const std::vector<char>& b) {
     write_bytes(bad, b);
     return io_error([&] { Checkpoint::load(bad); });
@@ -455,17 +436,17 @@ TEST_CASE("checkpoint: damaged, foreign, empty and missing files give IoError wi
     CHECK(has(load_bad(b), "unknown dtype code 9"));
   }
   SECTION("missing file and directories") {
-    const std::string missing = io_error([&] { Checkpoint::load(dir.path / "nope.ckpt"); });
+    const std::string missing = io_error([&] { Checkpoint::load(dir.path() / "nope.ckpt"); });
     CHECK(has(missing, "nope.ckpt: no such file"));
-    CHECK(has(io_error([&] { Checkpoint::load(dir.path); }), "not a regular file"));
+    CHECK(has(io_error([&] { Checkpoint::load(dir.path()); }), "not a regular file"));
   }
   // The good file still loads after all that.
   CHECK(Checkpoint::load(good).get_int("step") == 12);
 }
 
 TEST_CASE("checkpoint: save writes atomically and cleans up after itself", "[checkpoint]") {
-  TempDir dir;
-  const fs::path file = dir.path / "model.ckpt";
+  TempDir dir("checkpoint");
+  const fs::path file = dir.path() / "model.ckpt";
   Checkpoint a;
   a.put_int("version", 1);
   a.save(file);
@@ -477,14 +458,14 @@ TEST_CASE("checkpoint: save writes atomically and cleans up after itself", "[che
   CHECK(Checkpoint::load(file).get_int("version") == 2);
 
   // A target that cannot be replaced (a directory): IoError naming it, the temp file removed.
-  fs::create_directory(dir.path / "sub");
-  const std::string msg = io_error([&] { b.save(dir.path / "sub"); });
+  fs::create_directory(dir.path() / "sub");
+  const std::string msg = io_error([&] { b.save(dir.path() / "sub"); });
   CHECK(has(msg, "cannot rename"));
-  CHECK(has(msg, (dir.path / "sub").string()));
+  CHECK(has(msg, (dir.path() / "sub").string()));
   CHECK(dir.entries() == std::set<std::string>{"model.ckpt", "sub"});
-  CHECK(fs::is_empty(dir.path / "sub"));
+  CHECK(fs::is_empty(dir.path() / "sub"));
   // A directory that does not exist.
-  CHECK(has(io_error([&] { b.save(dir.path / "no" / "such.ckpt"); }), "cannot create a temp file"));
+  CHECK(has(io_error([&] { b.save(dir.path() / "no" / "such.ckpt"); }), "cannot create a temp file"));
   CHECK(dir.entries() == std::set<std::string>{"model.ckpt", "sub"});
   CHECK(Checkpoint::load(file).get_int("version") == 2);  // the old checkpoint is intact
 }

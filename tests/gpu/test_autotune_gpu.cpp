@@ -4,6 +4,7 @@
 // cached mode, timing nothing; a cache entry whose engine no longer builds is tuned again;
 // heuristic mode never times.
 #include "parity.hpp"
+#include "temp_dir.hpp"
 
 #include <unistd.h>
 
@@ -24,28 +25,6 @@ using namespace cutrain::test;
 namespace autotune = cutrain::cuda::autotune;
 
 namespace {
-
-// A fresh directory under the system temp directory, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("cutrain_test_autotune_gpu_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Puts the tuner back as the other tests expect it: the global cache, the default options, and
 // no graph built under this test's modes.
@@ -140,7 +119,7 @@ TEST_CASE("gpu autotune: modes and guards") {
 
 TEST_CASE("gpu autotune: benchmark tunes conv plans that match the CPU backend; the cache file replays them") {
   Restore restore;
-  TempDir dir;
+  TempDir dir("autotune_gpu");
   const auto path = dir / "autotune.json";
   auto first = std::make_shared<autotune::Cache>(path);
   autotune::set_cache(first);
@@ -216,7 +195,7 @@ TEST_CASE("gpu autotune: benchmark tunes conv plans that match the CPU backend; 
 
 TEST_CASE("gpu autotune: a cache entry whose engine no longer builds is tuned again and replaced") {
   Restore restore;
-  TempDir dir;
+  TempDir dir("autotune_gpu");
   auto cache = std::make_shared<autotune::Cache>(dir / "autotune.json");
   autotune::set_cache(cache);
   cuda::cudnn::clear_graph_cache();
@@ -251,7 +230,7 @@ TEST_CASE("gpu autotune: a cache entry whose engine no longer builds is tuned ag
 
 TEST_CASE("gpu autotune: options bound the search and key deterministic choices apart") {
   Restore restore;
-  TempDir dir;
+  TempDir dir("autotune_gpu");
   autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
   cuda::cudnn::clear_graph_cache();
   autotune::set_options({.max_candidates = 3, .deterministic_only = true});

@@ -60,7 +60,6 @@ class CudaGraph {
                     "cuda::StreamGuard with a cuda::Stream");
     CUTRAIN_REQUIRE(current() == nullptr, InvalidArgument, op, "another capture is in progress on this thread");
     reset();
-    check(cudaGetDevice(&device_), op, "cudaGetDevice");
     pool_ = cutrain::detail::DeviceCache::instance().new_pool();
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), op, "cudaStreamBeginCapture");
     current() = this;
@@ -138,7 +137,6 @@ class CudaGraph {
   cudaGraphExec_t exec_ = nullptr;
   cudaEvent_t done_ = nullptr;    // recorded after each replay
   cudaStream_t pool_ = nullptr;  // the allocator's tag for this graph's private memory
-  int device_ = 0;
   std::vector<std::function<void()>> hooks_;
 };
 

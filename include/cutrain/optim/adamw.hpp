@@ -110,22 +110,17 @@ class AdamW : public Optimizer<T> {
   // step) exp_avg and exp_avg_sq under prefix (prefix.lr, prefix.<k>.step, ...). The options
   // are not saved: they belong to the code that builds the optimizer.
   void save_state(Checkpoint& ckpt, const std::string& prefix) const {
-    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
-    ckpt.put_string(key("type"), "optim::AdamW");
-    ckpt.put_double(key("lr"), this->lr_);
-    ckpt.put_int(key("params"), static_cast<std::int64_t>(this->params_.size()));
-    for (std::size_t k = 0; k < this->params_.size(); ++k) {
-      const std::string p = key(std::to_string(k));
+    const auto keys = this->save_common(ckpt, prefix, "optim::AdamW");
+    for (std::size_t k = 0; k < keys.size(); ++k) {
       const State& s = state_[k];
-      ckpt.put_string(p + ".shape", this->params_[k].shape().str());
-      ckpt.put_int(p + ".step", s.step);
+      ckpt.put_int(keys[k] + ".step", s.step);
       // erase: a checkpoint object reused across saves must not keep older moments.
       if (s.m.defined()) {
-        ckpt.put(p + ".exp_avg", s.m);
-        ckpt.put(p + ".exp_avg_sq", s.v);
+        ckpt.put(keys[k] + ".exp_avg", s.m);
+        ckpt.put(keys[k] + ".exp_avg_sq", s.v);
       } else {
-        ckpt.erase(p + ".exp_avg");
-        ckpt.erase(p + ".exp_avg_sq");
+        ckpt.erase(keys[k] + ".exp_avg");
+        ckpt.erase(keys[k] + ".exp_avg_sq");
       }
     }
   }
@@ -135,24 +130,10 @@ class AdamW : public Optimizer<T> {
   // the optimizer is unchanged.
   void load_state(const Checkpoint& ckpt, const std::string& prefix) {
     constexpr std::string_view op = "optim::AdamW::load_state";
-    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
-    CUTRAIN_REQUIRE(ckpt.contains(key("type")), InvalidArgument, op, "the checkpoint has no optimizer state under \"",
-                    prefix, "\"");
-    const std::string type = ckpt.get_string(key("type"));
-    CUTRAIN_REQUIRE(type == "optim::AdamW", InvalidArgument, op, "\"", prefix, "\" holds ", type,
-                    " state, not optim::AdamW");
-    const double lr = ckpt.get_double(key("lr"));
-    CUTRAIN_REQUIRE(lr >= 0 && std::isfinite(lr), InvalidArgument, op, "saved lr must be finite and >= 0, got ", lr);
-    const std::int64_t n = ckpt.get_int(key("params"));
-    CUTRAIN_REQUIRE(n == static_cast<std::int64_t>(this->params_.size()), InvalidArgument, op, "the checkpoint has state for ",
-                    n, " parameters, this optimizer has ", this->params_.size());
-    std::vector<State> staged(this->params_.size());
-    for (std::size_t k = 0; k < this->params_.size(); ++k) {
-      const std::string p = key(std::to_string(k));
-      const Tensor<T>& w = this->params_[k].value();
-      const std::string shape = ckpt.get_string(p + ".shape");
-      CUTRAIN_REQUIRE(shape == w.shape().str(), InvalidArgument, op, "parameter ", k, " is ", w.describe(),
-                      " but the checkpoint's parameter ", k, " has shape ", shape);
+    const auto [lr, keys] = this->load_common(ckpt, prefix, "optim::AdamW", op);
+    std::vector<State> staged(keys.size());
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      const std::string& p = keys[k];
       State& s = staged[k];
       s.step = ckpt.get_int(p + ".step");
       // step() creates both moments on a parameter's first step: a step count without them (or
@@ -162,8 +143,8 @@ class AdamW : public Optimizer<T> {
                       " has step count ", s.step, (has_m ? " with" : " without"), " exp_avg and",
                       (has_v ? " with" : " without"), " exp_avg_sq");
       if (has_m) {
-        s.m = ckpt.get_like(p + ".exp_avg", w);
-        s.v = ckpt.get_like(p + ".exp_avg_sq", w);
+        s.m = ckpt.get_like(p + ".exp_avg", this->params_[k].value());
+        s.v = ckpt.get_like(p + ".exp_avg_sq", this->params_[k].value());
       }
     }
     // Nothing below throws.

@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <concepts>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "cutrain/autograd/var.hpp"
+#include "cutrain/core/checkpoint.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cuda_graph.hpp"
@@ -37,6 +39,46 @@ class Optimizer {
   const std::vector<autograd::Var<T>>& params() const { return params_; }
 
  protected:
+  // save_state / load_state of SGD and AdamW: the records every optimizer's state starts with
+  // (prefix.type, prefix.lr, prefix.params) and each parameter's shape (prefix.<k>.shape).
+  // Returns the key prefix of each parameter's own records.
+  std::vector<std::string> save_common(Checkpoint& ckpt, const std::string& prefix, std::string_view type) const {
+    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
+    ckpt.put_string(key("type"), std::string(type));
+    ckpt.put_double(key("lr"), lr_);
+    ckpt.put_int(key("params"), static_cast<std::int64_t>(params_.size()));
+    std::vector<std::string> keys;
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      keys.push_back(key(std::to_string(k)));
+      ckpt.put_string(keys.back() + ".shape", params_[k].shape().str());
+    }
+    return keys;
+  }
+  // Checks what save_common wrote against this optimizer (type, parameter count, shapes) and
+  // returns the saved lr and each parameter's key prefix. Changes nothing.
+  std::pair<double, std::vector<std::string>> load_common(const Checkpoint& ckpt, const std::string& prefix,
+                                                          std::string_view type, std::string_view op) const {
+    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
+    CUTRAIN_REQUIRE(ckpt.contains(key("type")), InvalidArgument, op, "the checkpoint has no optimizer state under \"",
+                    prefix, "\"");
+    const std::string saved = ckpt.get_string(key("type"));
+    CUTRAIN_REQUIRE(saved == type, InvalidArgument, op, "\"", prefix, "\" holds ", saved, " state, not ", type);
+    const double lr = ckpt.get_double(key("lr"));
+    CUTRAIN_REQUIRE(lr >= 0 && std::isfinite(lr), InvalidArgument, op, "saved lr must be finite and >= 0, got ", lr);
+    const std::int64_t n = ckpt.get_int(key("params"));
+    CUTRAIN_REQUIRE(n == static_cast<std::int64_t>(params_.size()), InvalidArgument, op, "the checkpoint has state for ",
+                    n, " parameters, this optimizer has ", params_.size());
+    std::vector<std::string> keys;
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      keys.push_back(key(std::to_string(k)));
+      const Tensor<T>& w = params_[k].value();
+      const std::string shape = ckpt.get_string(keys.back() + ".shape");
+      CUTRAIN_REQUIRE(shape == w.shape().str(), InvalidArgument, op, "parameter ", k, " is ", w.describe(),
+                      " but the checkpoint's parameter ", k, " has shape ", shape);
+    }
+    return {lr, std::move(keys)};
+  }
+
   // The parameter's tensor, checked to be contiguous, and its gradient in the same layout.
   static std::pair<Tensor<T>*, Tensor<T>> prepare(std::string_view op, autograd::Var<T>& p) {
     Tensor<T>& w = p.value();

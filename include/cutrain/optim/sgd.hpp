@@ -99,16 +99,11 @@ class SGD : public Optimizer<T> {
   // parameter's first step, or without momentum) is left out, and on load stays undefined.
   // The options are not saved: they belong to the code that builds the optimizer.
   void save_state(Checkpoint& ckpt, const std::string& prefix) const {
-    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
-    ckpt.put_string(key("type"), "optim::SGD");
-    ckpt.put_double(key("lr"), this->lr_);
-    ckpt.put_int(key("params"), static_cast<std::int64_t>(this->params_.size()));
-    for (std::size_t k = 0; k < this->params_.size(); ++k) {
-      const std::string p = key(std::to_string(k));
-      ckpt.put_string(p + ".shape", this->params_[k].shape().str());
+    const auto keys = this->save_common(ckpt, prefix, "optim::SGD");
+    for (std::size_t k = 0; k < keys.size(); ++k) {
       // erase: a checkpoint object reused across saves must not keep an older buffer.
-      if (buffers_[k].defined()) ckpt.put(p + ".momentum_buffer", buffers_[k]);
-      else ckpt.erase(p + ".momentum_buffer");
+      if (buffers_[k].defined()) ckpt.put(keys[k] + ".momentum_buffer", buffers_[k]);
+      else ckpt.erase(keys[k] + ".momentum_buffer");
     }
   }
 
@@ -116,26 +111,11 @@ class SGD : public Optimizer<T> {
   // the parameter count, every shape and dtype first: on any mismatch it throws and the
   // optimizer is unchanged.
   void load_state(const Checkpoint& ckpt, const std::string& prefix) {
-    constexpr std::string_view op = "optim::SGD::load_state";
-    const auto key = [&](const std::string& n) { return Checkpoint::key(prefix, n); };
-    CUTRAIN_REQUIRE(ckpt.contains(key("type")), InvalidArgument, op, "the checkpoint has no optimizer state under \"",
-                    prefix, "\"");
-    const std::string type = ckpt.get_string(key("type"));
-    CUTRAIN_REQUIRE(type == "optim::SGD", InvalidArgument, op, "\"", prefix, "\" holds ", type, " state, not optim::SGD");
-    const double lr = ckpt.get_double(key("lr"));
-    CUTRAIN_REQUIRE(lr >= 0 && std::isfinite(lr), InvalidArgument, op, "saved lr must be finite and >= 0, got ", lr);
-    const std::int64_t n = ckpt.get_int(key("params"));
-    CUTRAIN_REQUIRE(n == static_cast<std::int64_t>(this->params_.size()), InvalidArgument, op, "the checkpoint has state for ",
-                    n, " parameters, this optimizer has ", this->params_.size());
-    std::vector<Tensor<T>> staged(this->params_.size());
-    for (std::size_t k = 0; k < this->params_.size(); ++k) {
-      const std::string p = key(std::to_string(k));
-      const Tensor<T>& w = this->params_[k].value();
-      const std::string shape = ckpt.get_string(p + ".shape");
-      CUTRAIN_REQUIRE(shape == w.shape().str(), InvalidArgument, op, "parameter ", k, " is ", w.describe(),
-                      " but the checkpoint's parameter ", k, " has shape ", shape);
-      if (ckpt.contains(p + ".momentum_buffer")) staged[k] = ckpt.get_like(p + ".momentum_buffer", w);
-    }
+    const auto [lr, keys] = this->load_common(ckpt, prefix, "optim::SGD", "optim::SGD::load_state");
+    std::vector<Tensor<T>> staged(keys.size());
+    for (std::size_t k = 0; k < keys.size(); ++k)
+      if (ckpt.contains(keys[k] + ".momentum_buffer"))
+        staged[k] = ckpt.get_like(keys[k] + ".momentum_buffer", this->params_[k].value());
     // Nothing below throws.
     buffers_.swap(staged);
     this->lr_ = lr;
