@@ -2,7 +2,8 @@
 // the same work the same way and prints the ratios):
 //  - one training step (forward, loss, zero_grad, backward, AdamW) of the reference Fashion-MNIST
 //    CNN (nn::fashion_mnist_cnn), f32, batch 128 and 512, one fixed batch on the device, eager
-//    and replayed from a CUDA graph (cuda::CudaGraph);
+//    and replayed from a CUDA graph (cuda::CudaGraph); and with mixed precision (nn::autocast:
+//    f32 parameters, bf16 compute, eager and graphed; f16 with optim::GradScaler, eager);
 //  - host time per call of a tiny cached op (relu and conv on 1x8x8x8), no synchronization
 //    inside the loop: what the dispatch, the graph-cache lookup and the launch cost.
 // Timing as in ../shared/DESIGN.md: CUDA events around one step, median of 30 after warm-up.
@@ -26,7 +27,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void train_step(benchmark::State& state, std::int64_t batch, bool graphed) {
+void train_step(benchmark::State& state, std::int64_t batch, bool graphed,
+                nn::Precision precision = nn::Precision::f32) {
   if (!cuda::available()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -42,11 +44,17 @@ void train_step(benchmark::State& state, std::int64_t batch, bool graphed) {
   Tensor<std::int32_t> y_host(Shape{batch});
   for (std::int64_t i = 0; i < batch; ++i) y_host.data()[i] = static_cast<std::int32_t>(data.below(10));
   auto y = y_host.to(dev);
+  optim::GradScaler<float> scaler;
   auto step = [&] {
-    auto loss = nn::cross_entropy(net(x), y);
+    auto loss = nn::cross_entropy(nn::autocast(precision, net, x), y);
     opt.zero_grad();
-    loss.backward();
-    opt.step();
+    if (precision == nn::Precision::f16) {
+      scaler.backward(loss);
+      scaler.step(opt);
+    } else {
+      loss.backward();
+      opt.step();
+    }
   };
   for (int i = 0; i < 10; ++i) step();  // builds the graphs, compiles the kernels, fills the caches
   cuda::CudaGraph graph;
@@ -123,3 +131,13 @@ BENCHMARK(tiny_relu)->Name("host/tiny_relu")->Iterations(30)->UseManualTime()->U
 BENCHMARK(tiny_conv)->Name("host/tiny_conv")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();
+BENCHMARK_CAPTURE(train_step, fmnet_b128_bf16_eager, 128, false, nn::Precision::bf16)
+    ->Name("train/fmnet_b128_bf16_eager")->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(train_step, fmnet_b128_bf16_cudagraph, 128, true, nn::Precision::bf16)
+    ->Name("train/fmnet_b128_bf16_cudagraph")->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(train_step, fmnet_b512_bf16_eager, 512, false, nn::Precision::bf16)
+    ->Name("train/fmnet_b512_bf16_eager")->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(train_step, fmnet_b512_bf16_cudagraph, 512, true, nn::Precision::bf16)
+    ->Name("train/fmnet_b512_bf16_cudagraph")->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(train_step, fmnet_b512_f16_eager, 512, false, nn::Precision::f16)
+    ->Name("train/fmnet_b512_f16_eager")->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -4,7 +4,9 @@
 Training step of the reference Fashion-MNIST CNN (conv3x3 1->32, BN, ReLU, maxpool, conv3x3
 32->64, BN, ReLU, maxpool, linear 3136->256, ReLU, linear 256->10), f32, AdamW, one fixed batch
 on the GPU: CUDA events around one step, median of 30 after warm-up, eager and (when cutrain
-has the row) captured as a CUDA graph. Host time per call of a tiny op (relu, conv on 1x8x8x8).
+has the row) captured as a CUDA graph; with automatic mixed precision (torch.autocast bf16, eager
+and graphed; f16 with torch.amp.GradScaler, eager), as cutrain's nn::autocast rows. Host time
+per call of a tiny op (relu, conv on 1x8x8x8).
 With --cutrain JSON (Google Benchmark output of bench_train_gpu) it prints cutrain/torch per row.
 """
 import argparse, json, statistics, time
@@ -35,39 +37,57 @@ def median_step_ms(step):
     return statistics.median(ms)
 
 
+ROWS = [(128, "fp32", False), (128, "fp32", True), (512, "fp32", False), (512, "fp32", True),
+        (128, "bf16", False), (128, "bf16", True), (512, "bf16", False), (512, "bf16", True), (512, "f16", False)]
+
+
 def train_rows():
     res = {}
-    for batch in (128, 512):
+    for batch, precision, graphed in ROWS:
         torch.manual_seed(0)
         x = torch.rand(batch, 1, 28, 28, device="cuda") * 2 - 1
         y = torch.randint(0, 10, (batch,), device="cuda")
-        for graphed in (False, True):
-            net = fmnet()
-            opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=5e-4, capturable=graphed)
+        net = fmnet()
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=5e-4, capturable=graphed)
+        dtype = {"fp32": None, "bf16": torch.bfloat16, "f16": torch.float16}[precision]
+        scaler = torch.amp.GradScaler("cuda") if precision == "f16" else None
 
-            def step():
-                loss = F.cross_entropy(net(x), y)
-                opt.zero_grad(set_to_none=True)
+        def loss_of():
+            if dtype is None:
+                return F.cross_entropy(net(x), y)
+            # cache_enabled=False: the weight casts must be recorded in a graph, not cached.
+            with torch.autocast("cuda", dtype=dtype, cache_enabled=not graphed):
+                logits = net(x)
+            return F.cross_entropy(logits.float(), y)
+
+        def step():
+            loss = loss_of()
+            opt.zero_grad(set_to_none=True)
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
                 loss.backward()
                 opt.step()
 
-            if graphed:
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(3):
-                        step()
-                torch.cuda.current_stream().wait_stream(s)
-                g = torch.cuda.CUDAGraph()
-                opt.zero_grad(set_to_none=True)
-                with torch.cuda.graph(g):
-                    loss = F.cross_entropy(net(x), y)
-                    loss.backward()
-                    opt.step()
-                ms = median_step_ms(g.replay)
-            else:
-                ms = median_step_ms(step)
-            res[f"train/fmnet_b{batch}_fp32_{'cudagraph' if graphed else 'eager'}"] = ms
+        if graphed:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    step()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            opt.zero_grad(set_to_none=True)
+            with torch.cuda.graph(g):
+                loss = loss_of()
+                loss.backward()
+                opt.step()
+            ms = median_step_ms(g.replay)
+        else:
+            ms = median_step_ms(step)
+        res[f"train/fmnet_b{batch}_{precision}_{'cudagraph' if graphed else 'eager'}"] = ms
     return res
 
 

@@ -6,7 +6,7 @@
 //   fashion_mnist [--device cpu|cuda] [--epochs N] [--batch N] [--lr X] [--seed N] [--data DIR]
 //                 [--limit N] [--width N] [--augment] [--label-smoothing X] [--cuda-graphs]
 //                 [--autotune heuristic|benchmark|cached] [--csv FILE] [--checkpoint FILE] [--resume]
-//                 [--stop-after N] [--deterministic]
+//                 [--stop-after N] [--deterministic] [--precision f32|bf16|f16]
 //
 // Prints per-epoch train loss, test loss and accuracy; a progress bar (loss, images/s, ETA) on a
 // terminal, plain lines every 100 steps otherwise; and as the last line: "final test accuracy
@@ -18,6 +18,10 @@
 // cache), so that a run repeats exactly and a resumed run repeats an uninterrupted one. --autotune picks how cuDNN
 // plans are chosen (default heuristic here: tuning the ~20 graphs of this small network costs
 // seconds on a cold cache and gains little; CUTRAIN_AUTOTUNE sets the library's default otherwise).
+// --precision bf16|f16 (GPU) runs the model in that type with f32 master weights, f32 batch-norm
+// parameters and statistics, and an f32 loss (nn::autocast); f16 scales the loss dynamically
+// (optim::GradScaler, which needs the host each step and so cannot be combined with
+// --cuda-graphs; bf16 can).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -55,6 +59,7 @@ struct Args {
   double label_smoothing = 0.0;
   bool cuda_graphs = false;
   std::string autotune = "heuristic";
+  nn::Precision precision = nn::Precision::f32;
   std::string csv;
   std::string checkpoint;
   bool resume = false;
@@ -67,7 +72,8 @@ struct Args {
             << "usage: fashion_mnist [--device cpu|cuda] [--epochs N] [--batch N] [--lr X] [--seed N]\n"
             << "                     [--data DIR] [--limit N] [--width N] [--augment] [--label-smoothing X]\n"
             << "                     [--cuda-graphs] [--autotune heuristic|benchmark|cached] [--csv FILE]\n"
-            << "                     [--checkpoint FILE] [--resume] [--stop-after N] [--deterministic]\n";
+            << "                     [--checkpoint FILE] [--resume] [--stop-after N] [--deterministic]\n"
+            << "                     [--precision f32|bf16|f16]\n";
   std::exit(2);
 }
 
@@ -97,6 +103,11 @@ Args parse(int argc, char** argv) {
       else if (f == "--resume") a.resume = true;
       else if (f == "--stop-after") a.stop_after = std::stoi(value());
       else if (f == "--deterministic") a.deterministic = true;
+      else if (f == "--precision") {
+        const auto p = nn::parse_precision(value());
+        if (!p) usage("--precision must be f32, bf16 or f16");
+        a.precision = *p;
+      }
       else if (f == "--help" || f == "-h") usage("help");
       else usage("unknown flag " + f);
     } catch (const std::logic_error&) {  // stoi & co.
@@ -115,6 +126,9 @@ Args parse(int argc, char** argv) {
   if (a.deterministic && a.autotune == "heuristic") a.autotune = "cached";
   if (a.autotune != "heuristic" && a.autotune != "benchmark" && a.autotune != "cached")
     usage("--autotune must be heuristic, benchmark or cached");
+  if (a.precision == nn::Precision::f16 && a.cuda_graphs)
+    usage("--precision f16 scales the loss, which reads an overflow flag on the host every step: it cannot run in "
+          "a CUDA graph (use bf16 with --cuda-graphs)");
   return a;
 }
 
@@ -146,14 +160,14 @@ struct Eval {
   double loss = 0, accuracy = 0;
 };
 
-Eval evaluate(nn::Sequential<float>& net, data::Loader<float>& test) {
+Eval evaluate(nn::Sequential<float>& net, nn::Precision precision, data::Loader<float>& test) {
   net.eval();
   autograd::NoGradGuard no_grad;
   double loss_sum = 0;
   std::int64_t correct = 0, n = 0;
   for (auto [x, y] : test) {
     const std::int64_t b = y.numel();
-    auto logits = net(x);
+    auto logits = nn::autocast(precision, net, x);
     loss_sum += static_cast<double>(nn::cross_entropy(logits, y).item()) * static_cast<double>(b);
     const auto l = logits.value().to_vector();
     const auto t = y.to_vector();
@@ -213,6 +227,8 @@ int main(int argc, char** argv) {
   try {
     const Device dev = pick_device(args.device);
     if (args.cuda_graphs && dev.is_cpu()) usage("--cuda-graphs needs the GPU");
+    if (args.precision != nn::Precision::f32 && dev.is_cpu())
+      usage("--precision bf16 and f16 need the GPU (the CPU backend computes in f32 and f64)");
 #ifdef CUTRAIN_WITH_CUDA
     cuda::autotune::set_mode(*cuda::autotune::parse_mode(args.autotune));
     if (args.deterministic) {
@@ -266,6 +282,8 @@ int main(int argc, char** argv) {
     const std::int64_t steps_per_epoch = train.size(), total_steps = steps_per_epoch * args.epochs;
     const optim::OneCycleSchedule sched{.max_lr = args.lr, .total_steps = total_steps};
     const CrossEntropyParams loss_params{.label_smoothing = args.label_smoothing};
+    optim::GradScaler<float> scaler;  // f16 only
+    const bool scaled = args.precision == nn::Precision::f16;
 
     int first_epoch = 1;
     std::int64_t step = 0;
@@ -275,8 +293,13 @@ int main(int argc, char** argv) {
                       "fashion_mnist", args.checkpoint, " was written by a run with ", ck.get_int("total_steps"),
                       " total steps and width ", ck.get_int("width"), "; this run has ", total_steps, " and ",
                       args.width, " (resume with the same --epochs, --batch, --limit and --width)");
+      const std::string saved_precision = ck.contains("precision") ? ck.get_string("precision") : "f32";
+      CUTRAIN_REQUIRE(saved_precision == nn::to_string(args.precision), InvalidArgument, "fashion_mnist",
+                      args.checkpoint, " was written by a run in ", saved_precision, "; this run is in ",
+                      nn::to_string(args.precision), " (resume with the same --precision)");
       nn::load_module(ck, "model", net);
       opt.load_state(ck, "optimizer");
+      if (scaled) scaler.load_state(ck, "scaler");
       first_epoch = static_cast<int>(ck.get_int("epoch")) + 1;
       step = ck.get_int("step");
       std::cout << "fashion_mnist: resumed from " << args.checkpoint << " after epoch " << first_epoch - 1
@@ -290,7 +313,7 @@ int main(int argc, char** argv) {
               << (args.augment ? ", crop+flip" : "")
               << (args.label_smoothing > 0 ? ", label smoothing " + std::to_string(args.label_smoothing) : "")
               << (args.cuda_graphs ? ", CUDA graphs" : "") << (dev.is_cpu() ? "" : ", autotune " + args.autotune)
-              << (args.deterministic ? ", deterministic" : "")
+              << (args.deterministic ? ", deterministic" : "") << ", " << nn::to_string(args.precision)
               << std::endl;
 
     std::ofstream csv;
@@ -303,10 +326,15 @@ int main(int argc, char** argv) {
     // One training step as the user writes it; with --cuda-graphs it is captured once (after a
     // first, eager step that builds every plan) and replayed on inputs copied into x_in, y_in.
     auto train_step = [&](const Tensor<float>& x, const Tensor<std::int32_t>& y) {
-      auto loss = nn::cross_entropy(net(x), y, loss_params);
+      auto loss = nn::cross_entropy(nn::autocast(args.precision, net, x), y, loss_params);
       opt.zero_grad();
-      loss.backward();
-      opt.step();
+      if (scaled) {
+        scaler.backward(loss);
+        scaler.step(opt);
+      } else {
+        loss.backward();
+        opt.step();
+      }
       return loss;
     };
 #ifdef CUTRAIN_WITH_CUDA
@@ -370,7 +398,7 @@ int main(int argc, char** argv) {
       double train_loss = 0;
       for (float v : losses.slice(0, 0, k).to_vector()) train_loss += v;
       train_loss /= static_cast<double>(k);
-      last = evaluate(net, test);
+      last = evaluate(net, args.precision, test);
       std::printf("epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s, %.0f images/s\n", epoch,
                   train_loss, last.loss, last.accuracy, epoch_s, static_cast<double>(seen) / epoch_s);
       if (csv) {
@@ -382,10 +410,12 @@ int main(int argc, char** argv) {
         Checkpoint ck;
         nn::save_module(ck, "model", net);
         opt.save_state(ck, "optimizer");
+        if (scaled) scaler.save_state(ck, "scaler");
         ck.put_int("epoch", epoch);
         ck.put_int("step", step);
         ck.put_int("total_steps", total_steps);
         ck.put_int("width", args.width);
+        ck.put_string("precision", std::string(nn::to_string(args.precision)));
         ck.save(args.checkpoint);
       }
       if (epoch == args.stop_after && epoch < args.epochs) {
@@ -393,6 +423,9 @@ int main(int argc, char** argv) {
         return 0;
       }
     }
+    if (scaled)
+      std::printf("loss scale %g, %lld step(s) skipped on overflow\n", scaler.scale(),
+                  static_cast<long long>(scaler.skipped_steps()));
     std::printf("total wall time %.1f s from process start\n", seconds(t_start, Clock::now()));
     std::printf("final test accuracy %.2f%%, %.0f images/s\n", last.accuracy,
                 train_seconds > 0 ? static_cast<double>(images_total) / train_seconds : 0.0);

@@ -431,3 +431,188 @@ TEST_CASE("optimizer steps replayed from a CUDA graph match eager steps", "[gpu]
     return optim::SGD<float>(std::move(p), {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
   });
 }
+
+// ---- mixed precision -------------------------------------------------------------------------
+
+namespace {
+
+// Training steps of small_cnn with SGD-momentum on dev, computed in precision p (f32 parameters
+// throughout; f16 with a GradScaler). Returns the losses and the state.
+Run train_mixed(Device dev, nn::Precision p, int steps) {
+  auto net = small_cnn(7);
+  net.to(dev);
+  optim::SGD<float> opt(net.parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::GradScaler<float> scaler;
+  Rng data(11);
+  Run r;
+  for (int s = 0; s < steps; ++s) {
+    auto x = Tensor<float>::uniform(Shape{16, 1, 12, 12}, data, -1.0, 1.0, {.layout = Layout::nchw});
+    Tensor<std::int32_t> y(Shape{16});
+    for (std::int64_t i = 0; i < 16; ++i) y.data()[i] = static_cast<std::int32_t>(data.below(10));
+    auto loss = nn::cross_entropy(nn::autocast(p, net, x.to(dev)), y.to(dev));
+    opt.zero_grad();
+    if (p == nn::Precision::f16) {
+      scaler.backward(loss);
+      CHECK(scaler.step(opt));  // no overflow expected at these sizes
+    } else {
+      loss.backward();
+      opt.step();
+    }
+    for (const auto& prm : net.parameters()) CHECK(prm.value().device() == dev);
+    r.losses.push_back(loss.item());
+  }
+  r.state = net.state_dict();
+  return r;
+}
+
+double rel_norm_diff(const Tensor<float>& a, const Tensor<float>& b, const Tensor<float>* minus = nullptr) {
+  const auto va = a.contiguous(Layout::row_major).to_vector(), vb = b.contiguous(Layout::row_major).to_vector();
+  std::vector<float> m(va.size(), 0.0f);
+  if (minus) m = minus->contiguous(Layout::row_major).to_vector();
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    num += std::pow(static_cast<double>(va[i]) - vb[i], 2);
+    den += std::pow(static_cast<double>(vb[i]) - m[i], 2);
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+void compare_mixed(nn::Precision p) {
+  const std::string what(nn::to_string(p));
+  const Run cpu = train_mixed(Device::cpu(), nn::Precision::f32, 5);
+  const Run gpu = train_mixed(Device::cuda(0), p, 5);
+  const auto init = small_cnn(7).state_dict();
+  for (std::size_t s = 0; s < cpu.losses.size(); ++s) {
+    INFO(what << " step " << s << ": cpu f32 loss " << cpu.losses[s] << ", gpu loss " << gpu.losses[s]);
+    CHECK(std::isfinite(gpu.losses[s]));
+    CHECK(std::abs(gpu.losses[s] - cpu.losses[s]) <= 2e-2 * std::max(1.0, std::abs(cpu.losses[s])));
+  }
+  CHECK(gpu.losses.back() < gpu.losses.front());
+  for (const auto& [name, c] : cpu.state) {
+    const Tensor<float>& g = gpu.state.at(name);
+    // Parameters: how far the GPU's update (w - w0) is from the CPU's; statistics: the values.
+    const bool is_param = name.find("running") == std::string::npos;
+    const double err = rel_norm_diff(g, c, is_param ? &init.at(name) : nullptr);
+    INFO(what << ": " << name << (is_param ? " relative error of the update " : " relative error ") << err);
+    CHECK(err <= 5e-2);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("mixed-precision training steps on the GPU track f32 on the CPU: bf16", "[gpu][train][mixed]") {
+  compare_mixed(nn::Precision::bf16);
+}
+
+TEST_CASE("mixed-precision training steps on the GPU track f32 on the CPU: f16 with loss scaling", "[gpu][train][mixed]") {
+  compare_mixed(nn::Precision::f16);
+}
+
+TEST_CASE("GradScaler on the GPU: exact unscaling, and an overflow skips the step", "[gpu][mixed]") {
+  auto net = small_cnn(7);
+  net.to(Device::cuda(0));
+  optim::SGD<float> opt(net.parameters(), {.lr = 0.05});
+  Rng data(17);
+  const auto x = Tensor<float>::uniform(Shape{16, 1, 12, 12}, data, -1.0, 1.0).to(Device::cuda(0));
+  Tensor<std::int32_t> yh(Shape{16});
+  for (std::int64_t i = 0; i < 16; ++i) yh.data()[i] = static_cast<std::int32_t>(data.below(10));
+  const auto y = yh.to(Device::cuda(0));
+
+  // Finite gradients: unscale divides by the scale (a power of two: exactly).
+  optim::GradScaler<float> scaler({.init_scale = 256.0});
+  scaler.backward(nn::cross_entropy(nn::autocast<cutrain::half>(net, x), y));
+  std::vector<std::vector<float>> scaled;
+  for (const auto& prm : opt.params()) scaled.push_back(prm.grad().to_vector());
+  CHECK_FALSE(scaler.unscale(opt));
+  for (std::size_t k = 0; k < scaled.size(); ++k) {
+    const auto g = opt.params()[k].grad().to_vector();
+    bool nonzero = false;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      REQUIRE(g[i] == scaled[k][i] / 256.0f);
+      nonzero = nonzero || g[i] != 0.0f;
+    }
+    CHECK(nonzero);
+  }
+
+  // A scale that overflows f16: the gradients hold inf/NaN, the step is skipped, the scale halves.
+  const auto before = net.state_dict();
+  optim::GradScaler<float> huge({.init_scale = 1e9});
+  opt.zero_grad();
+  huge.backward(nn::cross_entropy(nn::autocast<cutrain::half>(net, x), y));
+  CHECK_FALSE(huge.step(opt));
+  CHECK(huge.scale() == 5e8);
+  CHECK(huge.skipped_steps() == 1);
+  const auto after = net.state_dict();
+  for (const auto& [name, t] : before)
+    if (name.find("running") == std::string::npos) {
+      INFO(name);
+      CHECK(t.to_vector() == after.at(name).to_vector());
+    }
+
+  // Under capture a scaled step refuses, saying why.
+  cuda::Stream stream;
+  cuda::StreamGuard on(stream.get());
+  opt.zero_grad();
+  scaler.backward(nn::cross_entropy(nn::autocast<cutrain::half>(net, x), y));  // warm-up on this stream
+  scaler.step(opt);
+  cuda::CudaGraph graph;
+  bool refused = false;
+  try {
+    graph.capture([&] {
+      auto loss = nn::cross_entropy(nn::autocast<cutrain::half>(net, x), y);
+      opt.zero_grad();
+      scaler.backward(loss);
+    });
+  } catch (const InvalidArgument& e) {
+    refused = std::string(e.what()).find("cannot be captured") != std::string::npos;
+  }
+  CHECK(refused);
+}
+
+TEST_CASE("a bf16 mixed-precision step captured in a CUDA graph matches the eager steps", "[gpu][train][graph][mixed]") {
+  constexpr int steps = 6;
+  const Batches b = random_batches(steps);
+  cuda::Stream stream;
+  cuda::StreamGuard on(stream.get());
+  auto run = [&](bool captured) {
+    auto net = small_cnn(7);
+    net.to(Device::cuda(0));
+    optim::AdamW<float> opt(net.parameters(), {.lr = 1e-3, .weight_decay = 1e-2});
+    Tensor<float> x(b.x[0].shape(), {.layout = Layout::nchw, .device = Device::cuda(0)});
+    Tensor<std::int32_t> y(b.y[0].shape(), {.device = Device::cuda(0)});
+    auto step = [&] {
+      auto loss = nn::cross_entropy(nn::autocast<bfloat16>(net, x), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    std::vector<double> losses;
+    cuda::CudaGraph graph;
+    autograd::Var<float> graph_loss;
+    for (int s = 0; s < steps; ++s) {
+      x.copy_from(b.x[s]);
+      y.copy_from(b.y[s]);
+      opt.set_lr(lr_at(s));
+      if (!captured || s == 0) {
+        losses.push_back(step().item());
+        if (captured) graph.capture([&] { graph_loss = step(); });
+      } else {
+        graph.replay();
+        losses.push_back(graph_loss.item());
+      }
+    }
+    return std::pair(losses, net.state_dict());
+  };
+  const auto [la, sa] = run(false);
+  const auto [lb, sb] = run(true);
+  for (int s = 0; s < steps; ++s) {
+    INFO("step " << s << ": eager " << la[s] << ", captured " << lb[s]);
+    CHECK(std::abs(la[s] - lb[s]) <= 1e-3 * std::max(1.0, std::abs(la[s])));
+  }
+  for (const auto& [name, t] : sa) {
+    const double err = rel_norm_diff(sb.at(name), t);
+    INFO(name << " relative error captured vs eager " << err);
+    CHECK(err <= 1e-3);
+  }
+}

@@ -53,17 +53,29 @@ std::vector<std::shared_ptr<Node<T>>> topological_order(const std::shared_ptr<No
 // host-to-device copy, which a CUDA graph capture cannot record.
 template <class T>
 Tensor<T> ones_seed(const Tensor<T>& root) {
-  if (root.device().is_cpu()) return Tensor<T>::full(root.shape(), T(1));
+  if (root.device().is_cpu()) return Tensor<T>::full(root.shape(), T(1.0f));
   thread_local std::unordered_map<std::string, Tensor<T>> ones;
   const std::string key = cutrain::detail::cat(root.device(), root.shape());
   auto it = ones.find(key);
-  if (it == ones.end()) it = ones.emplace(key, Tensor<T>::full(root.shape(), T(1), {.device = root.device()})).first;
+  if (it == ones.end()) it = ones.emplace(key, Tensor<T>::full(root.shape(), T(1.0f), {.device = root.device()})).first;
   return it->second.clone();  // the copy: a gradient may be changed in place later (clipping)
+}
+
+// The retain_graph of the backward() running on this thread, for the nested backward of
+// send_gradient.
+inline bool& retain_graph_flag() {
+  thread_local bool retain = false;
+  return retain;
 }
 
 template <class T>
 void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
   constexpr std::string_view op = "backward";
+  struct RetainScope {
+    bool previous = retain_graph_flag();
+    explicit RetainScope(bool on) { retain_graph_flag() = on; }
+    ~RetainScope() { retain_graph_flag() = previous; }
+  } retain_scope(retain_graph);
   CUTRAIN_REQUIRE(root.requires_grad, InvalidArgument, op, "the root ", root.value.describe(),
                   " does not require grad: no input of the ops that made it requires grad, or it was computed "
                   "under NoGradGuard");
@@ -74,7 +86,6 @@ void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
   } else {
     CUTRAIN_REQUIRE(seed.shape() == root.value.shape(), InvalidArgument, op, "seed ", seed.describe(),
                     " must have the root's shape ", root.value.shape());
-    seed = seed.clone();  // the caller keeps theirs; gradients must not alias it
   }
   if (!root.node) {  // a leaf: d root / d root
     accumulate(root.grad, std::move(seed));
@@ -110,6 +121,20 @@ void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
   }
 }
 
+// A graph holds Vars of one element type. Where an op's input has another type (a cast, or a
+// batch norm's f32 parameters under a bf16 input) the op's backward sends that input's gradient
+// here: added into a leaf's grad, or run on through the input's own graph by a nested backward.
+// A Var with history can take one such gradient per backward (its graph is then freed unless
+// retain_graph); leaves, such as parameters, take any number.
+template <class S>
+void send_gradient(const std::shared_ptr<VarImpl<S>>& in, Tensor<S>&& g) {
+  if (!in || !in->requires_grad || !g.defined()) return;
+  CUTRAIN_REQUIRE(g.shape() == in->value.shape(), Error, "backward", "a gradient ", g.describe(),
+                  " was sent to a Var of shape ", in->value.shape());
+  if (!in->node) accumulate(in->grad, std::move(g));
+  else run_backward(*in, std::move(g), retain_graph_flag());
+}
+
 }  // namespace detail
 
 template <class T>
@@ -120,7 +145,8 @@ void Var<T>::backward(bool retain_graph) const {
 template <class T>
 void Var<T>::backward(const Tensor<T>& seed, bool retain_graph) const {
   CUTRAIN_REQUIRE(seed.defined(), InvalidArgument, "backward", "the seed gradient is undefined");
-  detail::run_backward(*checked(), seed.view(), retain_graph);
+  // A copy: the caller keeps theirs, and gradients must not alias it.
+  detail::run_backward(*checked(), seed.clone(), retain_graph);
 }
 
 }  // namespace cutrain::autograd

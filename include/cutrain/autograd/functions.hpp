@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "cutrain/autograd/var.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/batch_norm.hpp"
+#include "cutrain/ops/cast.hpp"
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/cross_entropy.hpp"
 #include "cutrain/ops/dropout.hpp"
@@ -36,9 +38,11 @@ inline bool records(std::initializer_list<bool> requires_grad) {
 
 // Wraps y as the output of fn when any input requires grad (and grad mode is on), else as a
 // leaf that needs none; fn and what it saved are then dropped.
+// others_require_grad: an input of another type, which fn sends its gradient itself, does.
 template <class T>
-Var<T> finish(Tensor<T> y, std::shared_ptr<Node<T>> fn, std::initializer_list<const Var<T>*> inputs) {
-  bool any = false;
+Var<T> finish(Tensor<T> y, std::shared_ptr<Node<T>> fn, std::initializer_list<const Var<T>*> inputs,
+              bool others_require_grad = false) {
+  bool any = others_require_grad;
   for (const Var<T>* v : inputs) any = any || (v && v->requires_grad());
   if (!any || !is_grad_enabled()) return Var<T>(std::move(y));
   for (const Var<T>* v : inputs) fn->inputs.push_back(v && v->defined() ? v->impl() : nullptr);
@@ -223,15 +227,20 @@ template <class T> Var<T> silu(const Var<T>& x) { return activation(x, {.kind = 
 
 // ---- normalization -----------------------------------------------------------------------
 
-template <class T>
+// S, the parameters' and statistics' type, is T, or f32 under a bf16/f16 x on the GPU; then
+// gamma and beta are sent their gradients directly (detail::send_gradient), as a Node<T> cannot
+// list a Var<S> among its inputs.
+template <class T, class S = T>
 struct BatchNormTrainingFn final : Node<T> {
   BatchNormParams p;
-  Tensor<T> x, gamma, save_mean, save_inv_std;
+  Tensor<T> x;
+  Tensor<S> gamma, save_mean, save_inv_std;
+  std::shared_ptr<detail::VarImpl<S>> gamma_in, beta_in;  // S != T only
   explicit BatchNormTrainingFn(const BatchNormParams& params) : p(params) {}
   std::string_view name() const override { return "batch_norm (training)"; }
-  Tensor<T> forward(const Tensor<T>& x_, const Tensor<T>& gamma_, const Tensor<T>& beta_, Tensor<T>& running_mean,
-                    Tensor<T>& running_var) {
-    BatchNormForward<T, T> r = ops::batch_norm_forward_training(x_, gamma_, beta_, running_mean, running_var, p);
+  Tensor<T> forward(const Tensor<T>& x_, const Tensor<S>& gamma_, const Tensor<S>& beta_, Tensor<S>& running_mean,
+                    Tensor<S>& running_var) {
+    BatchNormForward<T, S> r = ops::batch_norm_forward_training(x_, gamma_, beta_, running_mean, running_var, p);
     x = x_.view();
     gamma = gamma_.view();
     save_mean = std::move(r.save_mean);
@@ -239,14 +248,29 @@ struct BatchNormTrainingFn final : Node<T> {
     return std::move(r.y);
   }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
-    NormBackward<T, T> r = ops::batch_norm_backward(x, dy, gamma, save_mean, save_inv_std);
-    std::vector<Tensor<T>> g(3);
-    if (this->needs_grad(0)) g[0] = std::move(r.dx);
-    if (this->needs_grad(1)) g[1] = std::move(r.dgamma);
-    if (this->needs_grad(2)) g[2] = std::move(r.dbeta);
-    return g;
+    NormBackward<T, S> r = ops::batch_norm_backward(x, dy, gamma, save_mean, save_inv_std);
+    if constexpr (std::same_as<T, S>) {
+      std::vector<Tensor<T>> g(3);
+      if (this->needs_grad(0)) g[0] = std::move(r.dx);
+      if (this->needs_grad(1)) g[1] = std::move(r.dgamma);
+      if (this->needs_grad(2)) g[2] = std::move(r.dbeta);
+      return g;
+    } else {
+      detail::send_gradient(gamma_in, std::move(r.dgamma));
+      detail::send_gradient(beta_in, std::move(r.dbeta));
+      std::vector<Tensor<T>> g(1);
+      if (this->needs_grad(0)) g[0] = std::move(r.dx);
+      return g;
+    }
   }
-  void release_saved() override { x = {}; gamma = {}; save_mean = {}; save_inv_std = {}; }
+  void release_saved() override {
+    x = {};
+    gamma = {};
+    save_mean = {};
+    save_inv_std = {};
+    gamma_in.reset();
+    beta_in.reset();
+  }
 };
 
 // Eval mode is an affine map per channel, y = (x - mean) * gamma / sqrt(var + eps) + beta, with
@@ -291,21 +315,36 @@ struct BatchNormEvalFn final : Node<T> {
 };
 
 // Batch norm over x [N,C] or [N,C,H,W]. Training: normalizes with the batch statistics and
-// updates running_mean / running_var in place; eval: uses them.
-template <class T>
-Var<T> batch_norm(const Var<T>& x, const Var<T>& gamma, const Var<T>& beta, Tensor<T>& running_mean,
-                  Tensor<T>& running_var, bool training, const BatchNormParams& p = {}) {
+// updates running_mean / running_var in place; eval: uses them. Parameters and statistics in
+// S: x's type, or f32 under a bf16/f16 x on the GPU (mixed precision).
+template <class T, class S>
+Var<T> batch_norm(const Var<T>& x, const Var<S>& gamma, const Var<S>& beta, Tensor<S>& running_mean,
+                  Tensor<S>& running_var, bool training, const BatchNormParams& p = {}) {
+  const bool record = detail::records({x.requires_grad(), gamma.requires_grad(), beta.requires_grad()});
   if (training) {
-    auto fn = std::make_shared<BatchNormTrainingFn<T>>(p);
+    auto fn = std::make_shared<BatchNormTrainingFn<T, S>>(p);
     Tensor<T> y = fn->forward(x.value(), gamma.value(), beta.value(), running_mean, running_var);
-    return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});
+    if constexpr (std::same_as<T, S>) {
+      return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});
+    } else {
+      if (!record) return Var<T>(std::move(y));
+      fn->gamma_in = gamma.impl();
+      fn->beta_in = beta.impl();
+      return detail::finish<T>(std::move(y), fn, {&x}, /*others_require_grad=*/true);
+    }
   }
-  if (!detail::records({x.requires_grad(), gamma.requires_grad(), beta.requires_grad()}))
+  if (!record)
     return Var<T>(ops::batch_norm_forward_inference(x.value(), gamma.value(), beta.value(), running_mean,
                                                     running_var, p.eps));
-  auto fn = std::make_shared<BatchNormEvalFn<T>>(p.eps);
-  Tensor<T> y = fn->forward(x.value(), gamma.value(), beta.value(), running_mean, running_var);
-  return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});
+  if constexpr (std::same_as<T, S>) {
+    auto fn = std::make_shared<BatchNormEvalFn<T>>(p.eps);
+    Tensor<T> y = fn->forward(x.value(), gamma.value(), beta.value(), running_mean, running_var);
+    return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});
+  } else {
+    throw NotImplemented("batch_norm (eval)",
+                         cutrain::detail::cat("no backward for x in ", dtype_of<T>, " with parameters in ", dtype_of<S>,
+                                              " in eval mode; evaluate under NoGradGuard"));
+  }
 }
 
 template <class T>
@@ -533,6 +572,39 @@ Var<T> dropout(const Var<T>& x, double p, std::uint64_t seed) {
   auto fn = std::make_shared<DropoutFn<T>>();
   Tensor<T> y = fn->forward(x.value(), p, seed);
   return detail::finish<T>(std::move(y), fn, {&x});
+}
+
+// ---- element type ------------------------------------------------------------------------
+
+// The cast's graph holds Var<U>; its input is a Var<T>, which no Node<U> can list among its
+// inputs, so backward sends the input its gradient itself (detail::send_gradient).
+template <class U, class T>
+struct CastFn final : Node<U> {
+  std::shared_ptr<detail::VarImpl<T>> src;
+  std::string_view name() const override { return "cast"; }
+  std::vector<Tensor<U>> backward(const Tensor<U>& dy) override {
+    detail::send_gradient(src, ops::cast<T>(dy));
+    return {};
+  }
+  void release_saved() override { src.reset(); }
+};
+
+// x converted to element type U (mixed precision: f32 parameters into a bf16 or f16 model,
+// its output back to f32 for the loss); the gradient comes back converted to T. The same type
+// returns x itself, an undefined Var an undefined one. A Var with history may be cast once per
+// backward; a leaf (a parameter) any number of times.
+template <class U, class T>
+Var<U> cast(const Var<T>& x) {
+  if constexpr (std::same_as<U, T>) {
+    return x;
+  } else {
+    if (!x.defined()) return {};
+    Tensor<U> y = ops::cast<U>(x.value());
+    if (!detail::records({x.requires_grad()})) return Var<U>(std::move(y));
+    auto fn = std::make_shared<CastFn<U, T>>();
+    fn->src = x.impl();
+    return Var<U>::from_node(std::move(y), std::move(fn));
+  }
 }
 
 // ---- loss --------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// Element type conversion of a whole tensor (host-side; device tensors round-trip through the
-// host until the CUDA cast kernel lands). f16/bf16 round to nearest even.
+// Element type conversion of a whole tensor on the host (device tensors round-trip through the
+// host; ops::cast converts them on the GPU). f16/bf16 round to nearest even.
 #pragma once
 
 #include "cutrain/core/tensor.hpp"

@@ -1,5 +1,7 @@
 // nn::BatchNorm2d: per-channel batch normalization of [N,C,H,W] (or [N,C]); weight (gamma),
-// bias (beta), running_mean and running_var in T (the CPU ops want them in x's dtype).
+// bias (beta), running_mean and running_var in T (the CPU ops want them in x's dtype). Under
+// mixed precision, an f32 BatchNorm2d takes a bf16 or f16 x on the GPU and keeps its
+// parameters and statistics in f32 (cuDNN computes in f32 from them).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,8 @@ class BatchNorm2d : public Module<BatchNorm2d<T>, T> {
     bias = autograd::parameter(Tensor<T>::zeros(Shape{o.features}));
   }
 
-  Var<T> operator()(const Var<T>& x) {
+  template <RunsIn<T> X>
+  Var<X> operator()(const Var<X>& x) {
     return autograd::batch_norm(x, weight, bias, running_mean, running_var, this->is_training(),
                                 {.momentum = opts_.momentum, .eps = opts_.eps});
   }

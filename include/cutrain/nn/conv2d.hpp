@@ -23,10 +23,14 @@ class Conv2d : public Module<Conv2d<T>, T> {
   explicit Conv2d(const Conv2dOptions& o) : Conv2d(o, nullptr) {}
   Conv2d(const Conv2dOptions& o, Rng& rng) : Conv2d(o, &rng) {}
 
-  Var<T> operator()(const Var<T>& x) const { return autograd::conv2d(x, weight, bias, params_); }
+  template <RunsIn<T> X>
+  Var<X> operator()(const Var<X>& x) const {
+    return autograd::conv2d(x, autograd::cast<X>(weight), autograd::cast<X>(bias), params_);
+  }
   // act(conv(x) + b) as one op; what Sequential calls for Conv2d followed by ReLU.
-  Var<T> forward_fused(const Var<T>& x, const ActivationParams& act) const {
-    return autograd::conv2d_bias_activation(x, weight, bias, act, params_);
+  template <RunsIn<T> X>
+  Var<X> forward_fused(const Var<X>& x, const ActivationParams& act) const {
+    return autograd::conv2d_bias_activation(x, autograd::cast<X>(weight), autograd::cast<X>(bias), act, params_);
   }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {

@@ -22,10 +22,14 @@ class Linear : public Module<Linear<T>, T> {
   explicit Linear(const LinearOptions& o) : Linear(o, nullptr) {}
   Linear(const LinearOptions& o, Rng& rng) : Linear(o, &rng) {}
 
-  Var<T> operator()(const Var<T>& x) const { return autograd::linear(x, weight, bias); }
+  template <RunsIn<T> X>
+  Var<X> operator()(const Var<X>& x) const {
+    return autograd::linear(x, autograd::cast<X>(weight), autograd::cast<X>(bias));
+  }
   // act(x w^T + b) as one op; what Sequential calls for Linear followed by ReLU.
-  Var<T> forward_fused(const Var<T>& x, const ActivationParams& act) const {
-    return autograd::linear_activation(x, weight, bias, act);
+  template <RunsIn<T> X>
+  Var<X> forward_fused(const Var<X>& x, const ActivationParams& act) const {
+    return autograd::linear_activation(x, autograd::cast<X>(weight), autograd::cast<X>(bias), act);
   }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {

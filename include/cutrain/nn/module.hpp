@@ -4,8 +4,10 @@
 //   void visit_buffers(const std::string& prefix, const BufferVisitor<T>&);   (optional)
 //   void set_training(bool);                                                  (optional)
 // Stateless modules (ReLU, MaxPool2d, Flatten, ...) are plain structs with a call operator.
+// Modules with parameters take a Var<X> of any X that RunsIn<X, T> (mixed precision).
 #pragma once
 
+#include <concepts>
 #include <functional>
 #include <map>
 #include <set>
@@ -18,6 +20,14 @@
 namespace cutrain::nn {
 
 template <class T> using Var = autograd::Var<T>;
+
+// The element types a module with parameters in T runs in: T, or for mixed precision a
+// narrower one (bf16 or f16 under f32 parameters, f32 under f64 ones). In a narrower type the
+// parameters are cast on each call, and their gradients come back in T.
+template <class X, class T>
+concept RunsIn = std::same_as<X, T> ||
+                 (std::same_as<T, float> && (std::same_as<X, bfloat16> || std::same_as<X, half>)) ||
+                 (std::same_as<T, double> && std::same_as<X, float>);
 template <class T> using ParamVisitor = std::function<void(const std::string&, Var<T>&)>;
 template <class T> using BufferVisitor = std::function<void(const std::string&, Tensor<T>&)>;
 // Name -> host copy, for checkpoints and tests.

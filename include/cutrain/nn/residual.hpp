@@ -33,10 +33,11 @@ class ResidualBlock : public Module<ResidualBlock<T>, T> {
     }
   }
 
-  Var<T> operator()(const Var<T>& x) {
-    Var<T> h = autograd::relu(bn1(conv1(x)));
+  template <RunsIn<T> X>
+  Var<X> operator()(const Var<X>& x) {
+    Var<X> h = autograd::relu(bn1(conv1(x)));
     h = bn2(conv2(h));
-    Var<T> s = shortcut_conv ? (*shortcut_bn)((*shortcut_conv)(x)) : x;
+    Var<X> s = shortcut_conv ? (*shortcut_bn)((*shortcut_conv)(x)) : x;
     return autograd::relu(autograd::add(h, s));
   }
 

@@ -2,6 +2,8 @@
 // interface so that any mix of layers fits in one Sequential<float>{...}.
 // A Conv2d or Linear directly followed by ReLU (or a relu/identity Activation) runs as one fused
 // op (conv + bias + activation in cuDNN, linear + bias + activation in cuBLASLt on the GPU).
+// A Sequential<float> also runs on a Var<bfloat16> or Var<half> (mixed precision, see
+// nn/mixed_precision.hpp): each module takes the Var in whatever type it arrives.
 #pragma once
 
 #include <concepts>
@@ -9,6 +11,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "cutrain/nn/layers.hpp"
@@ -17,12 +20,17 @@
 namespace cutrain::nn {
 
 namespace detail {
+// What flows between the modules of a Sequential: a Var of any element type.
+using AnyVar = std::variant<Var<float>, Var<double>, Var<bfloat16>, Var<half>>;
+
 template <class T>
 struct AnyModule {
   virtual ~AnyModule() = default;
-  virtual Var<T> forward(const Var<T>& x) = 0;
-  // act(this(x)) as one op, or an undefined Var when this module has no fused form.
-  virtual Var<T> forward_fused(const Var<T>&, const ActivationParams&) { return {}; }
+  // index: the module's place in its Sequential, for error messages.
+  virtual AnyVar forward(const AnyVar& x, std::size_t index) = 0;
+  // act(this(x)) as one op; only when has_fused_form().
+  virtual AnyVar forward_fused(const AnyVar& x, const ActivationParams& a, std::size_t index) = 0;
+  virtual bool has_fused_form() const = 0;
   // The activation this module applies when it can be folded into the previous module.
   virtual bool fusable_activation(ActivationParams&) const { return false; }
   virtual void visit_params(const std::string&, const ParamVisitor<T>&) {}
@@ -30,14 +38,39 @@ struct AnyModule {
   virtual void set_training(bool) {}
 };
 
+template <class V> struct VarElement;
+template <class X> struct VarElement<Var<X>> { using type = X; };
+
+template <class V>
+[[noreturn]] void wrong_input_type(std::size_t index) {
+  throw InvalidArgument("nn::Sequential",
+                        cutrain::detail::cat("module ", index, " does not take a Var of ", dtype_of<typename VarElement<V>::type>,
+                                             " (a module with parameters in T takes T, or bf16/f16 under f32 "
+                                             "parameters; LayerNorm takes T only)"));
+}
+
 template <class T, class M>
 struct ModuleHolder final : AnyModule<T> {
   M m;
   explicit ModuleHolder(M&& module) : m(std::move(module)) {}
-  Var<T> forward(const Var<T>& x) override { return m(x); }
-  Var<T> forward_fused(const Var<T>& x, const ActivationParams& a) override {
-    if constexpr (requires { m.forward_fused(x, a); }) return m.forward_fused(x, a);
-    else return {};
+  AnyVar forward(const AnyVar& x, std::size_t index) override {
+    return std::visit(
+        [&](const auto& v) -> AnyVar {
+          if constexpr (requires { m(v); }) return m(v);
+          else wrong_input_type<std::remove_cvref_t<decltype(v)>>(index);
+        },
+        x);
+  }
+  AnyVar forward_fused(const AnyVar& x, const ActivationParams& a, std::size_t index) override {
+    return std::visit(
+        [&](const auto& v) -> AnyVar {
+          if constexpr (requires { m.forward_fused(v, a); }) return m.forward_fused(v, a);
+          else wrong_input_type<std::remove_cvref_t<decltype(v)>>(index);
+        },
+        x);
+  }
+  bool has_fused_form() const override {
+    return requires(M& mm, const Var<T>& v, const ActivationParams& a) { mm.forward_fused(v, a); };
   }
   bool fusable_activation(ActivationParams& a) const override {
     if constexpr (std::same_as<M, ReLU>) {
@@ -82,23 +115,29 @@ class Sequential : public Module<Sequential<T>, T> {
     return *this;
   }
 
-  Var<T> operator()(const Var<T>& input) {
-    Var<T> x = input;
+  // Runs the modules in X: T, or bf16/f16 under f32 parameters (mixed precision).
+  template <class X>
+  Var<X> operator()(const Var<X>& input) {
+    detail::AnyVar x = input;
     for (std::size_t i = 0; i < modules_.size(); ++i) {
       ActivationParams act;
-      if (fuse_ && i + 1 < modules_.size() && modules_[i + 1]->fusable_activation(act)) {
-        if (Var<T> y = modules_[i]->forward_fused(x, act); y.defined()) {
-          x = std::move(y);
-          ++i;
-          continue;
-        }
+      if (fuse_ && i + 1 < modules_.size() && modules_[i]->has_fused_form() &&
+          modules_[i + 1]->fusable_activation(act)) {
+        x = modules_[i]->forward_fused(x, act, i);
+        ++i;
+        continue;
       }
-      x = modules_[i]->forward(x);
+      x = modules_[i]->forward(x, i);
     }
-    return x;
+    CUTRAIN_REQUIRE(std::holds_alternative<Var<X>>(x), InvalidArgument, "nn::Sequential",
+                    "the modules changed the element type of a Var of ", dtype_of<X>);
+    return std::get<Var<X>>(std::move(x));
   }
   // A batch straight from a loader: a leaf that needs no gradient, sharing x's storage.
-  Var<T> operator()(const Tensor<T>& x) { return (*this)(Var<T>(x.view())); }
+  template <class X>
+  Var<X> operator()(const Tensor<X>& x) {
+    return (*this)(Var<X>(x.view()));
+  }
 
   // Whether Conv2d/Linear + ReLU run as one fused op (on by default).
   void set_fusion(bool on) { fuse_ = on; }

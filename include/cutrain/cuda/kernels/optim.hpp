@@ -124,4 +124,21 @@ void adamw_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& m, Tenso
          m.data(), v.data(), n, lr, beta1, beta2, eps, weight_decay, step_size, bias_correction2_sqrt, hyper);
 }
 
+// Dynamic loss scaling: g *= inv_scale in place (g contiguous, f32, bf16 or f16), and
+// *found_inf (a device int) set to 1 when any result is inf or NaN; it is never cleared here.
+template <GpuFloat G>
+void unscale_check(Tensor<G>& g, double inv_scale, int* found_inf) {
+  constexpr std::string_view op = "cuda::kernels::unscale_check";
+  detail::require_finite(op, inv_scale, "inv_scale");
+  detail::require_cuda_input(op, g, "g");
+  detail::require_output(op, g, g.shape(), g.device(), "g");
+  CUTRAIN_REQUIRE(found_inf != nullptr, InvalidArgument, op, "found_inf is null");
+  const long long n = g.numel();
+  if (n == 0) return;
+  const int dev = g.device().index;
+  DeviceScope scope(dev);
+  launch(function(dev, detail::optim_program<G>(), "cutrain_unscale_check"), grid_for(n), 256, op, g.data(), n,
+         static_cast<float>(inv_scale), found_inf);
+}
+
 }  // namespace cutrain::cuda::kernels

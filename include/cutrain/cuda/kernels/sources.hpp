@@ -321,6 +321,18 @@ extern "C" __global__ void cutrain_adamw_step(float* w, const G* grad, float* m,
     w[i] = wi - step_size * mi / (sqrtf(vi) / bias_correction2_sqrt + eps);
   }
 }
+
+// Dynamic loss scaling: g *= inv_scale in place, and *found_inf = 1 when a result is inf or NaN
+// (never cleared here; every writer writes 1).
+extern "C" __global__ void cutrain_unscale_check(G* g, long long n, float inv_scale, int* found_inf) {
+  int bad = 0;
+  for (long long i = thread_index(); i < n; i += grid_stride()) {
+    const float v = to_f32(g[i]) * inv_scale;
+    bad |= !(fabsf(v) <= 3.402823466e38f);  // false for NaN too
+    store(g + i, v);
+  }
+  if (bad) *found_inf = 1;
+}
 )cuda";
 
 // 2-d max and average pooling and global average pooling, forward and backward, with the
@@ -1015,7 +1027,7 @@ inline Program bias_grad(std::string_view t) {
                       {"cutrain_bias_grad_nchw", "cutrain_bias_grad_nhwc", "cutrain_bias_grad_finish"});
 }
 inline Program optim(std::string_view grad_type) {
-  return make_program("optim", source::optim, {{"G", grad_type}}, {"cutrain_sgd_step", "cutrain_adamw_step"});
+  return make_program("optim", source::optim, {{"G", grad_type}}, {"cutrain_sgd_step", "cutrain_adamw_step", "cutrain_unscale_check"});
 }
 inline Program pool2d(std::string_view t) {
   return make_program("pool2d", source::pool2d, {{"T", t}},
