@@ -117,6 +117,53 @@ void tiny_conv(benchmark::State& state) {
   host_overhead(state, [&] { benchmark::DoNotOptimize(ops::conv2d_forward(x, w, Tensor<float>{}, p)); });
 }
 
+// Where the host time of tiny_relu goes: building its graph-cache key, the cache lookup, and
+// cuDNN's execute of the built graph (variant pack and launch), each alone. tiny_scale is an
+// elementwise op on an NVRTC kernel (no cuDNN), for comparison.
+struct TinyRelu {
+  Tensor<float> x, y;
+  ActivationParams a{.kind = Activation::relu};
+  TinyRelu() {
+    Rng rng(3);
+    x = Tensor<float>::uniform(Shape{1, 8, 8, 8}, rng, -1, 1, {.layout = Layout::nchw}).to(Device::cuda(0));
+    y = ops::activation_forward(x, a);  // builds and caches the graph
+  }
+  std::string key() const {
+    const auto [vs, vst] = cuda::cudnn::elementwise_view(x);
+    return cutrain::detail::cat("activation fwd ", cuda::cudnn::detail::activation_key(a), " ", dtype_of<float>,
+                                cuda::cudnn::signature(" view", vs, vst));
+  }
+};
+
+void tiny_relu_key(benchmark::State& state) {
+  TinyRelu t;
+  host_overhead(state, [&] { benchmark::DoNotOptimize(t.key()); });
+}
+
+void tiny_relu_lookup(benchmark::State& state) {
+  TinyRelu t;
+  const std::string key = t.key();
+  host_overhead(state, [&] {
+    benchmark::DoNotOptimize(&cuda::cudnn::cached_graph(0, key, [] () -> cuda::cudnn::BuiltGraph {
+      throw Error("bench", "the graph should be cached");
+    }));
+  });
+}
+
+void tiny_relu_execute(benchmark::State& state) {
+  TinyRelu t;
+  const std::string key = t.key();
+  cuda::cudnn::BuiltGraph& bg = cuda::cudnn::cached_graph(0, key, [] () -> cuda::cudnn::BuiltGraph {
+    throw Error("bench", "the graph should be cached");
+  });
+  host_overhead(state, [&] { cuda::cudnn::execute(bg, 0, {t.x.data(), t.y.data()}, "bench", key); });
+}
+
+void tiny_scale(benchmark::State& state) {
+  TinyRelu t;
+  host_overhead(state, [&] { benchmark::DoNotOptimize(ops::scale(t.x, 0.5)); });
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(train_step, fmnet_b128_fp32_eager, 128, false)->Name("train/fmnet_b128_fp32_eager")
@@ -141,3 +188,7 @@ BENCHMARK_CAPTURE(train_step, fmnet_b512_bf16_cudagraph, 512, true, nn::Precisio
     ->Name("train/fmnet_b512_bf16_cudagraph")->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(train_step, fmnet_b512_f16_eager, 512, false, nn::Precision::f16)
     ->Name("train/fmnet_b512_f16_eager")->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(tiny_relu_key)->Name("host/tiny_relu_key")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(tiny_relu_lookup)->Name("host/tiny_relu_lookup")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(tiny_relu_execute)->Name("host/tiny_relu_execute")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(tiny_scale)->Name("host/tiny_scale")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);

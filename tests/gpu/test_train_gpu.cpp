@@ -441,8 +441,10 @@ namespace {
 Run train_mixed(Device dev, nn::Precision p, int steps) {
   auto net = small_cnn(7);
   net.to(dev);
-  optim::SGD<float> opt(net.parameters(), {.lr = 0.05, .momentum = 0.9});
-  optim::GradScaler<float> scaler;
+  optim::SGD<float> opt(net.parameters(), {.lr = 0.01, .momentum = 0.9});
+  // 1024, not the default 65536: the default overflows on the first steps here (and skips them,
+  // as it should), which would leave nothing to compare.
+  optim::GradScaler<float> scaler({.init_scale = 1024.0});
   Rng data(11);
   Run r;
   for (int s = 0; s < steps; ++s) {
@@ -453,7 +455,7 @@ Run train_mixed(Device dev, nn::Precision p, int steps) {
     opt.zero_grad();
     if (p == nn::Precision::f16) {
       scaler.backward(loss);
-      CHECK(scaler.step(opt));  // no overflow expected at these sizes
+      CHECK(scaler.step(opt));  // no overflow at this scale
     } else {
       loss.backward();
       opt.step();
@@ -490,11 +492,13 @@ void compare_mixed(nn::Precision p) {
   CHECK(gpu.losses.back() < gpu.losses.front());
   for (const auto& [name, c] : cpu.state) {
     const Tensor<float>& g = gpu.state.at(name);
-    // Parameters: how far the GPU's update (w - w0) is from the CPU's; statistics: the values.
+    // Parameters: how far the GPU's update (w - w0) is from the CPU's, within 15%: bf16 keeps 8
+    // significant bits, and the gradient of the conv feeding batch norm is a small difference
+    // of large terms (its update differs most). Statistics: the values, within 5%.
     const bool is_param = name.find("running") == std::string::npos;
     const double err = rel_norm_diff(g, c, is_param ? &init.at(name) : nullptr);
     INFO(what << ": " << name << (is_param ? " relative error of the update " : " relative error ") << err);
-    CHECK(err <= 5e-2);
+    CHECK(err <= (is_param ? 0.15 : 5e-2));
   }
 }
 
