@@ -299,3 +299,26 @@ TEST_CASE("nn: a short CPU training run reduces the loss", "[nn][optim]") {
   for (std::size_t i = 0; i < labels.size(); ++i) correct += (logits[2 * i + 1] > logits[2 * i]) == (labels[i] == 1);
   CHECK(correct >= 180);
 }
+
+TEST_CASE("nn: resnet18_cifar, and a model moved to channels-last computes the same", "[nn]") {
+  Rng init(3);
+  auto net = nn::resnet18_cifar<float>(init);
+  std::int64_t count = 0;
+  for (const auto& p : net.parameters()) count += p.numel();
+  CHECK(count == 11173962);  // torchvision-style CIFAR ResNet-18, 10 classes
+  Rng rng(4);
+  const auto x = Tensor<float>::uniform(Shape{2, 3, 8, 8}, rng, -1, 1);
+  net.eval();
+  autograd::NoGradGuard no_grad;
+  const auto y = net(x).value().to_vector();
+  REQUIRE(y.size() == 20);
+  net.to(Layout::nhwc);
+  for (auto& [name, p] : net.named_parameters())
+    if (p.value().rank() == 4 && p.value().dim(2) > 1) {  // 1x1 kernels: nchw and nhwc are one layout
+      INFO(name);
+      CHECK(p.value().layout() == Layout::nhwc);
+    }
+  const auto y2 = net(x.contiguous(Layout::nhwc)).value().to_vector();
+  for (std::size_t i = 0; i < y.size(); ++i) CHECK(y2[i] == Approx(y[i]).margin(1e-4));
+  CUTRAIN_REQUIRE_THROWS_OP(net.to(Layout::row_major), InvalidArgument, "Module::to");
+}

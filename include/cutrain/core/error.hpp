@@ -1,22 +1,76 @@
 // Errors are exceptions whose message names the op, the reason and where it was thrown.
 #pragma once
 
+#include <algorithm>
+#include <charconv>
+#include <concepts>
+#include <cstdio>
 #include <source_location>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace cutrain {
 
 namespace detail {
-// Streams every argument into one string: cat("shape ", s, " has ", n, " dims").
+// One argument of cat(), appended as `std::ostream << a` would print it. Strings, characters,
+// integers and floating-point numbers (%g, the stream's default) are appended directly: cat()
+// builds the keys of the GPU graph caches on every op call, and a stream costs microseconds.
+// Other types (shapes, enums, ...) go through a stream this thread keeps for it.
+template <class A>
+void append_streamed(std::string& out, const A& a) {
+  thread_local std::ostringstream kept;
+  thread_local bool busy = false;  // a type's operator<< may itself call cat()
+  if (busy) {
+    std::ostringstream os;
+    os << a;
+    out += os.view();
+    return;
+  }
+  busy = true;
+  kept.str(std::string());
+  kept.clear();
+  kept << a;
+  out += kept.view();
+  busy = false;
+}
+
+template <class A>
+void append_one(std::string& out, const A& a) {
+  using D = std::remove_cvref_t<A>;
+  if constexpr (std::is_same_v<D, char> || std::is_same_v<D, signed char> || std::is_same_v<D, unsigned char>) {
+    out += static_cast<char>(a);
+  } else if constexpr (std::is_convertible_v<const A&, std::string_view>) {
+    out += std::string_view(a);
+  } else if constexpr (std::is_same_v<D, bool>) {
+    out += a ? '1' : '0';
+  } else if constexpr (std::is_integral_v<D>) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, a);
+    out.append(buf, r.ptr);
+  } else if constexpr (std::is_floating_point_v<D>) {
+    char buf[32];
+    const int n = std::snprintf(buf, sizeof buf, "%g", static_cast<double>(a));
+    out.append(buf, static_cast<std::size_t>(std::max(n, 0)));
+  } else if constexpr (requires { { to_string(a) } -> std::convertible_to<std::string_view>; }) {
+    out += std::string_view(to_string(a));  // cutrain's enums (found by ADL), as their operator<< prints them
+  } else if constexpr (requires { { a.str() } -> std::convertible_to<std::string>; }) {
+    out += a.str();  // Shape, Device: their operator<< prints str()
+  } else {
+    append_streamed(out, a);
+  }
+}
+
+// Every argument in one string, as streamed: cat("shape ", s, " has ", n, " dims").
 template <class... Args>
-std::string cat(Args&&... args) {
-  std::ostringstream os;
-  (os << ... << std::forward<Args>(args));
-  return os.str();
+std::string cat(const Args&... args) {
+  std::string out;
+  out.reserve(64);
+  (append_one(out, args), ...);
+  return out;
 }
 
 inline std::string_view file_name(const char* path) {

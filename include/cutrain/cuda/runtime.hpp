@@ -123,6 +123,8 @@ struct Handles {
   cudnnHandle_t cudnn = nullptr;
   cublasLtHandle_t cublaslt = nullptr;
   Storage workspace;  // the arena: grows to the largest request, then is reused
+  cudaStream_t cudnn_stream = nullptr;  // the stream cudnn is bound to (once it has been)
+  bool cudnn_bound = false;
 
   Handles() = default;
   Handles(const Handles&) = delete;
@@ -143,7 +145,13 @@ inline Handles& handles(int device) {
     check(cublasLtCreate(&fresh->cublaslt), "cuda::handles", "cublasLtCreate");
     h = std::move(fresh);
   }
-  check(cudnnSetStream(h->cudnn, current_stream()), "cuda::handles", "cudnnSetStream");
+  // Rebound only when this thread's stream changed: this runs on every op call.
+  const cudaStream_t s = current_stream();
+  if (!h->cudnn_bound || h->cudnn_stream != s) {
+    check(cudnnSetStream(h->cudnn, s), "cuda::handles", "cudnnSetStream");
+    h->cudnn_stream = s;
+    h->cudnn_bound = true;
+  }
   return *h;
 }
 

@@ -7,6 +7,7 @@
 #include "cutrain/nn/conv2d.hpp"
 #include "cutrain/nn/layers.hpp"
 #include "cutrain/nn/linear.hpp"
+#include "cutrain/nn/residual.hpp"
 #include "cutrain/nn/sequential.hpp"
 
 namespace cutrain::nn {
@@ -32,6 +33,29 @@ Sequential<T> fashion_mnist_cnn(Rng& init, std::int64_t width = 1) {
                        Linear<T>({.in = c2 * 7 * 7, .out = hidden}, init),
                        ReLU{},
                        Linear<T>({.in = hidden, .out = 10}, init)};
+}
+
+// ResNet-18 for 32x32 images (CIFAR): a 3x3 stem conv in->64 (no bias), BN, ReLU, no max pool;
+// four stages of two basic blocks (64, 128, 256, 512 channels; stride 2 into stages 2-4, with a
+// 1x1 conv + BN shortcut there); global average pool, flatten, linear 512->classes. The model of
+// bench/torch_resnet_first_step.py.
+template <class T>
+Sequential<T> resnet18_cifar(Rng& init, std::int64_t classes = 10, std::int64_t in_channels = 3) {
+  CUTRAIN_REQUIRE(classes >= 1 && in_channels >= 1, InvalidArgument, "nn::resnet18_cifar",
+                  "classes and in_channels must be >= 1, got ", classes, " and ", in_channels);
+  Sequential<T> net{Conv2d<T>({.in = in_channels, .out = 64, .kernel = 3, .padding = 1, .bias = false}, init),
+                    BatchNorm2d<T>({.features = 64}), ReLU{}};
+  std::int64_t in = 64;
+  std::uint64_t seed = init.next_u64();
+  for (const std::int64_t out : {64, 128, 256, 512}) {
+    net.push_back(ResidualBlock<T>({.in = in, .out = out, .stride = out == 64 ? 1 : 2, .seed = seed += 3}));
+    net.push_back(ResidualBlock<T>({.in = out, .out = out, .seed = seed += 3}));
+    in = out;
+  }
+  net.push_back(AdaptiveAvgPool2d(1));
+  net.push_back(Flatten{});
+  net.push_back(Linear<T>({.in = 512, .out = classes}, init));
+  return net;
 }
 
 }  // namespace cutrain::nn

@@ -76,6 +76,24 @@ class Module {
     return self();
   }
 
+  // Lays out every 4-d parameter and buffer in l (Layout::nhwc: channels-last, which cuDNN's
+  // fastest bf16/f16 convolutions want; Layout::nchw back), dropping the gradients of those that
+  // change; others stay as they are. Build optimizers after this.
+  Self& to(Layout l) {
+    CUTRAIN_REQUIRE(l == Layout::nchw || l == Layout::nhwc, InvalidArgument, "Module::to",
+                    "4-d tensors are laid out nchw or nhwc, got ", l);
+    self().visit_params("", [&](const std::string&, Var<T>& v) {
+      if (v.value().rank() == 4 && v.value().layout() != l) {
+        v.value() = v.value().contiguous(l);
+        v.zero_grad();
+      }
+    });
+    self().visit_buffers("", [&](const std::string&, Tensor<T>& t) {
+      if (t.rank() == 4 && t.layout() != l) t = t.contiguous(l);
+    });
+    return self();
+  }
+
   // Parameters and buffers by name, copied to the host.
   StateDict<T> state_dict() {
     StateDict<T> out;

@@ -60,6 +60,9 @@ struct BuiltGraph {
   std::vector<TensorAttr> tensors;
   std::int64_t workspace = 0;
   std::int64_t plan_index = -1;  // the plan the autotuner chose; -1: the graph's default (heuristics' choice)
+  // For execute's fast path: the index in `tensors` of each pointer the graph takes, in the
+  // order it takes them (its variant pack's uids, sorted); filled at the first execute.
+  std::vector<int> sorted{};
 };
 
 // A signature cuDNN could not build, remembered so that asking again fails at once (and a
@@ -102,9 +105,13 @@ inline void clear_graph_cache() {
 
 // The graph for `key` on `device`, built by `make` at first use; later calls are a hash lookup.
 // The first build is where the autotuner picks the plan (in benchmark and cached modes).
-inline BuiltGraph& cached_graph(int device, const std::string& key, const std::function<BuiltGraph()>& make) {
+// (make is a template parameter, not a std::function: no allocation on the lookup path.)
+template <class Make>
+BuiltGraph& cached_graph(int device, const std::string& key, Make&& make) {
   auto& [cache, failed] = detail::graph_cache();
-  const std::string full = std::to_string(device) + "|" + key;
+  std::string full = std::to_string(device);  // "device|key", built in place: this runs on every op call
+  full += '|';
+  full += key;
   auto it = cache.find(full);
   if (it != cache.end()) return it->second;
   if (auto f = failed.find(full); f != failed.end()) throw CudnnError(f->second.op, f->second.message);
@@ -124,26 +131,57 @@ inline BuiltGraph& cached_graph(int device, const std::string& key, const std::f
 }
 
 // Whether cuDNN can build the graph for `key` (building it if not yet tried).
-inline bool graph_supported(int device, const std::string& key, const std::function<BuiltGraph()>& make) {
+template <class Make>
+bool graph_supported(int device, const std::string& key, Make&& make) {
   try {
-    cached_graph(device, key, make);
+    cached_graph(device, key, std::forward<Make>(make));
     return true;
   } catch (const CudnnError&) {
     return false;
   }
 }
 
-// Runs a built graph with the device pointers of its tensors, in the order of bg.tensors.
-inline void execute(const BuiltGraph& bg, int device, std::initializer_list<const void*> ptrs, std::string_view op,
+// Runs a built graph with the device pointers of its tensors, in the order of bg.tensors. The
+// pointers go to cudnn-frontend as an array in its variant pack's order (no maps on this path:
+// it runs on every op call); the first call, which may have to prepare that order, goes through
+// the frontend's map interface.
+inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void*> ptrs, std::string_view op,
                     const std::string& key) {
+  const std::size_t n = bg.tensors.size();
+  CUTRAIN_REQUIRE(ptrs.size() == n, Error, op, key, ": ", ptrs.size(), " pointers for a graph of ", n, " tensors");
+  void* ws = workspace(device, static_cast<std::size_t>(bg.workspace));
+  cudnnHandle_t handle = handles(device).cudnn;
+  constexpr std::size_t max_fast = 16;
+  if (bg.sorted.size() == n && n <= max_fast) {
+    void* sorted[max_fast];
+    const void* const* p = ptrs.begin();
+    for (std::size_t i = 0; i < n; ++i) sorted[i] = const_cast<void*>(p[bg.sorted[i]]);
+    const int count = static_cast<int>(n);
+    if (bg.plan_index >= 0)
+      CUTRAIN_FE_CHECK(bg.graph->execute_plan_at_index(handle, sorted, count, ws, bg.plan_index), op, key + ": execute");
+    else
+      CUTRAIN_FE_CHECK(bg.graph->execute(handle, sorted, count, ws), op, key + ": execute");
+    return;
+  }
   std::unordered_map<TensorAttr, void*> pack;
   auto p = ptrs.begin();
   for (const auto& t : bg.tensors) pack.emplace(t, const_cast<void*>(*p++));
-  void* ws = workspace(device, static_cast<std::size_t>(bg.workspace));
   if (bg.plan_index >= 0)
-    CUTRAIN_FE_CHECK(bg.graph->execute_plan_at_index(handles(device).cudnn, pack, ws, bg.plan_index), op, key + ": execute");
+    CUTRAIN_FE_CHECK(bg.graph->execute_plan_at_index(handle, pack, ws, bg.plan_index), op, key + ": execute");
   else
-    CUTRAIN_FE_CHECK(bg.graph->execute(handles(device).cudnn, pack, ws), op, key + ": execute");
+    CUTRAIN_FE_CHECK(bg.graph->execute(handle, pack, ws), op, key + ": execute");
+  // The graph now has its variant pack prepared: learn its order for the next calls.
+  const std::vector<std::int64_t> uids = bg.graph->get_variant_pack_uids_sorted();
+  if (uids.size() != n) return;  // another shape of pack: keep the map path
+  std::vector<int> order;
+  for (const std::int64_t uid : uids) {
+    int found = -1;
+    for (std::size_t i = 0; i < n; ++i)
+      if (bg.tensors[i]->get_uid() == uid) found = static_cast<int>(i);
+    if (found < 0) return;
+    order.push_back(found);
+  }
+  bg.sorted = std::move(order);
 }
 
 inline std::string signature(const char* name, const Shape& s, const Strides& st) {

@@ -1,0 +1,97 @@
+// The counterpart of bench/torch_resnet_first_step.py: what tuning costs on a whole model, and
+// what a warm autotune cache leaves of it. ResNet-18 for CIFAR-sized input (nn::resnet18_cifar),
+// batch 256, bf16 compute with f32 master weights (nn::autocast), channels-last, SGD momentum.
+// Prints the wall time of the first training step (graphs built, plans chosen or tuned, kernels
+// loaded), of the tenth, and the median of steps 10-29, each step synchronized.
+//
+//   resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE]
+//
+// Run it with --mode heuristic (no tuning), then twice with --mode cached on a fresh --cache
+// file: the first of those tunes every graph of the step (its first step minus the heuristic
+// one is the tuning time, against PyTorch's benchmark-mode first step), the second finds every
+// plan in the file (its first step against the tenth: the warm start). Exits 77 without a GPU.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cutrain/cutrain.hpp"
+#include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/nn.hpp"
+
+using namespace cutrain;
+namespace autotune = cutrain::cuda::autotune;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  std::string mode = "heuristic", cache_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--mode" || a == "--cache") && i + 1 < argc) (a == "--mode" ? mode : cache_path) = argv[++i];
+    else {
+      std::cerr << "usage: resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE]\n";
+      return 2;
+    }
+  }
+  const auto m = autotune::parse_mode(mode);
+  if (!m) {
+    std::cerr << "resnet_first_step: --mode takes heuristic, benchmark or cached\n";
+    return 2;
+  }
+  try {
+    if (!cuda::available()) {
+      std::puts("resnet_first_step: SKIPPED (no CUDA device)");
+      return 77;
+    }
+    const auto t_start = Clock::now();
+    autotune::set_mode(*m);
+    if (!cache_path.empty()) autotune::set_cache(std::make_shared<autotune::Cache>(cache_path));
+    const Device dev = Device::cuda(0);
+    cuda::Stream stream;
+    cuda::StreamGuard on(stream.get());
+
+    Rng init(0), data(1);
+    auto net = nn::resnet18_cifar<float>(init);
+    net.to(dev).to(Layout::nhwc);
+    optim::SGD<float> opt(net.parameters(), {.lr = 0.1, .momentum = 0.9});
+    const auto x = Tensor<float>::randn(Shape{256, 3, 32, 32}, data, 1.0, {.layout = Layout::nhwc}).to(dev);
+    Tensor<std::int32_t> y_host(Shape{256});
+    for (std::int64_t i = 0; i < 256; ++i) y_host.data()[i] = static_cast<std::int32_t>(data.below(10));
+    const auto y = y_host.to(dev);
+    cuda::synchronize();
+    const double setup_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_start).count();
+
+    std::vector<double> ms;
+    double loss0 = 0, loss_last = 0;
+    for (int s = 0; s < 30; ++s) {
+      const auto t0 = Clock::now();
+      auto loss = nn::cross_entropy(nn::autocast<bfloat16>(net, x), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      cuda::synchronize();
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (s == 0) loss0 = loss.item();
+      if (s == 29) loss_last = loss.item();
+    }
+    std::vector<double> steady(ms.begin() + 10, ms.end());
+    std::nth_element(steady.begin(), steady.begin() + static_cast<std::ptrdiff_t>(steady.size() / 2), steady.end());
+    const auto& st = autotune::stats();
+    std::printf("cutrain ResNet-18 (CIFAR), batch 256, bf16 autocast, channels-last, SGD; autotune %s, cache %s\n",
+                mode.c_str(), cache_path.empty() ? "(default)" : cache_path.c_str());
+    std::printf("setup %.1f ms; first step %.1f ms, tenth step %.1f ms, steady (median of steps 10-29) %.2f ms\n",
+                setup_ms, ms[0], ms[9], steady[steady.size() / 2]);
+    std::printf("graphs tuned %lld (candidates timed %lld), planned from the cache %lld; loss %.4f -> %.4f\n",
+                static_cast<long long>(st.ops_tuned.load()), static_cast<long long>(st.candidates_timed.load()),
+                static_cast<long long>(st.cache_hits.load()), loss0, loss_last);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "resnet_first_step: " << e.what() << "\n";
+    return 1;
+  }
+}
