@@ -2,7 +2,8 @@
 // timed, the winner is no slower than cuDNN's heuristic choice (which is among the timed ones)
 // and still matches the CPU backend; the cache file written then replays the same engines in
 // cached mode, timing nothing; a cache entry whose engine no longer builds is tuned again;
-// heuristic mode never times.
+// heuristic mode never times. The same for cuBLASLt's matmul algorithms (linear forward with
+// bias + relu, backward with the bias-gradient epilogue).
 #include "parity.hpp"
 #include "temp_dir.hpp"
 
@@ -17,8 +18,10 @@
 #include <vector>
 
 #include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/cuda/cublas/linear.hpp"
 #include "cutrain/cuda/cudnn/conv.hpp"
 #include "cutrain/ops/conv2d.hpp"
+#include "cutrain/ops/linear.hpp"
 
 using namespace cutrain;
 using namespace cutrain::test;
@@ -33,6 +36,7 @@ struct Restore {
     autotune::set_cache(nullptr);
     autotune::set_options({});
     cuda::cudnn::clear_graph_cache();
+    cuda::cublas::clear_plan_cache();
   }
 };
 
@@ -240,5 +244,92 @@ TEST_CASE("gpu autotune: options bound the search and key deterministic choices 
     CHECK(r->choice.candidates_tried <= 3);
     CHECK(r->key.signature.ends_with(" deterministic"));
     CHECK(r->choice.median_ms <= r->choice.heuristic_ms * 1.05);
+  }
+}
+
+namespace {
+
+// Linear forward (bias + relu epilogue) and backward (dx, and dw with the BGRADB epilogue) on
+// shapes no other GPU test uses, each checked against the CPU backend; returns what the tuner
+// reported for each matmul (the forward, dgrad and wgrad).
+std::vector<std::optional<autotune::Result>> run_linears() {
+  std::vector<std::optional<autotune::Result>> results;
+  Rng rng(91);
+  const std::int64_t N = 96, in = 200, out = 136;
+  auto [x, xr] = random_pair<float>(Shape{N, in}, rng, Layout::row_major);
+  auto [w, wr] = random_pair<float>(Shape{out, in}, rng, Layout::row_major);
+  auto [b, br] = random_pair<float>(Shape{out}, rng, Layout::row_major);
+  auto [dy, dyr] = random_pair<float>(Shape{N, out}, rng, Layout::row_major);
+  autotune::clear_last_result();
+  auto y = poisoned<float>(Shape{N, out}, Layout::row_major);
+  cuda::cublas::linear_forward(x, w, b, Activation::relu, y);
+  check_close("tuned linear fprop", y, ops::activation_forward(ops::linear_forward(xr, wr, br), {.kind = Activation::relu}));
+  results.push_back(autotune::last_result());
+  auto dx = poisoned<float>(Shape{N, in}, Layout::row_major);
+  auto dw = poisoned<float>(Shape{out, in}, Layout::row_major);
+  auto db = poisoned<float>(Shape{out}, Layout::row_major);
+  cuda::cublas::linear_backward(x, w, dy, true, dx, dw, db);
+  const auto g = ops::linear_backward(xr, wr, dyr);
+  check_close("tuned linear dgrad", dx, g.dx);
+  check_close("tuned linear wgrad", dw, g.dw);
+  check_close("tuned linear bgrad", db, g.db);
+  results.push_back(autotune::last_result());  // the last matmul of backward
+  cuda::synchronize();
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("gpu autotune: benchmark tunes cuBLASLt matmul algorithms that match the CPU; the cache replays them") {
+  Restore restore;
+  TempDir dir("autotune_gpu");
+  const auto path = dir / "autotune.json";
+  autotune::set_cache(std::make_shared<autotune::Cache>(path));
+  autotune::set_options({});
+  cuda::cublas::clear_plan_cache();
+
+  std::vector<autotune::Result> tuned;
+  {
+    autotune::ModeGuard mode(autotune::Mode::benchmark);
+    const auto ops0 = autotune::stats().ops_tuned.load();
+    for (const auto& r : run_linears()) {
+      REQUIRE(r);
+      const auto& c = r->choice;
+      INFO(r->key.op << " " << r->key.signature);
+      CHECK(r->key.library == "cublaslt");
+      CHECK(!r->from_cache);
+      CHECK(!c.algo.empty());
+      CHECK(c.heuristic_ms > 0);  // the heuristic's first choice is always timed
+      CHECK(c.median_ms <= c.heuristic_ms);
+      CHECK(c.candidates_tried >= 1);
+      CHECK(c.candidates_tried <= autotune::options().max_candidates);
+      std::printf("%-14s algo %-4lld %8.4f ms (heuristic %8.4f ms, %5.3fx) tried %2d failed %2d, %6.1f ms tuning: %s\n",
+                  r->key.op.c_str(), static_cast<long long>(c.engine_id), c.median_ms, c.heuristic_ms,
+                  c.heuristic_ms / c.median_ms, c.candidates_tried, c.candidates_failed, c.tuning_ms,
+                  r->key.signature.c_str());
+      tuned.push_back(*r);
+    }
+    CHECK(autotune::stats().ops_tuned.load() - ops0 >= 3);  // forward, dgrad, wgrad
+  }
+
+  // Cached, from a fresh cache object on the file and fresh plans: nothing is timed.
+  cuda::cublas::clear_plan_cache();
+  autotune::set_cache(std::make_shared<autotune::Cache>(path));
+  {
+    autotune::ModeGuard mode(autotune::Mode::cached);
+    const auto ops0 = autotune::stats().ops_tuned.load();
+    const auto timed0 = timed_count();
+    const auto hits0 = autotune::stats().cache_hits.load();
+    const auto replayed = run_linears();
+    REQUIRE(replayed.size() == tuned.size());
+    for (std::size_t i = 0; i < replayed.size(); ++i) {
+      REQUIRE(replayed[i]);
+      CHECK(replayed[i]->from_cache);
+      CHECK(replayed[i]->key == tuned[i].key);
+      CHECK(replayed[i]->choice.algo == tuned[i].choice.algo);
+    }
+    CHECK(autotune::stats().ops_tuned.load() == ops0);
+    CHECK(timed_count() == timed0);
+    CHECK(autotune::stats().cache_hits.load() - hits0 >= 3);
   }
 }
