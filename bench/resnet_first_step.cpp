@@ -86,9 +86,17 @@ int main(int argc, char** argv) {
                 mode.c_str(), cache_path.empty() ? "(default)" : cache_path.c_str());
     std::printf("setup %.1f ms; first step %.1f ms, tenth step %.1f ms, steady (median of steps 10-29) %.2f ms\n",
                 setup_ms, ms[0], ms[9], steady[steady.size() / 2]);
-    std::printf("graphs tuned %lld (candidates timed %lld), planned from the cache %lld; loss %.4f -> %.4f\n",
+    std::printf("graphs and matmuls tuned %lld (candidates timed %lld), planned from the cache %lld; loss %.4f -> %.4f\n",
                 static_cast<long long>(st.ops_tuned.load()), static_cast<long long>(st.candidates_timed.load()),
                 static_cast<long long>(st.cache_hits.load()), loss0, loss_last);
+    // Where the first step's time went: building the cuDNN graphs (plans chosen, cached, tuned)
+    // and loading cutrain's NVRTC kernels (compiled, or read from their disk cache).
+    const auto& bs = cuda::cudnn::build_stats();
+    const auto& ks = cuda::kernels::stats();
+    std::printf("cuDNN graphs built %lld in %.1f ms; NVRTC modules loaded %llu (%llu compiled) in %.1f ms\n",
+                static_cast<long long>(bs.graphs.load()), static_cast<double>(bs.micros.load()) / 1e3,
+                static_cast<unsigned long long>(ks.module_loads.load()), static_cast<unsigned long long>(ks.compiles.load()),
+                static_cast<double>(ks.load_micros.load()) / 1e3);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "resnet_first_step: " << e.what() << "\n";

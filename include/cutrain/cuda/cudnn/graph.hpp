@@ -4,6 +4,8 @@
 
 #include <cudnn_frontend.h>
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -96,6 +98,17 @@ inline GraphCache& graph_cache() {
 }
 }  // namespace detail
 
+// Graphs this process built (each signature's first use on each thread) and the wall time the
+// builds took, plan choice and tuning included. For reports; never affects behaviour.
+struct BuildStats {
+  std::atomic<std::int64_t> graphs{0};
+  std::atomic<std::int64_t> micros{0};
+};
+inline BuildStats& build_stats() {
+  static BuildStats s;
+  return s;
+}
+
 // Forgets this thread's built graphs (and failed signatures): the next call of each op builds,
 // and in a tuning mode tunes or looks up, its graph again.
 inline void clear_graph_cache() {
@@ -117,9 +130,13 @@ BuiltGraph& cached_graph(int device, const std::string& key, Make&& make) {
   if (auto f = failed.find(full); f != failed.end()) throw CudnnError(f->second.op, f->second.message);
   require_not_capturing("cuda::cudnn", "building the cuDNN graph " + key);
   try {
+    const auto t0 = std::chrono::steady_clock::now();
     autotune::PlanScope tuning(device, key);
     BuiltGraph bg = make();
     tuning.finish(*bg.graph, bg.tensors, bg.plan_index, bg.workspace);
+    build_stats().graphs += 1;
+    build_stats().micros +=
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
     return cache.emplace(full, std::move(bg)).first->second;
   } catch (const CudnnError& e) {
     // Keep the reason (the text after "cutrain::<op>: ") for the next caller.

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -226,6 +227,7 @@ struct KernelStats {
   std::atomic<std::uint64_t> disk_rejects{0};  // cache files ignored: corrupt, unreadable or refused by the driver
   std::atomic<std::uint64_t> module_loads{0};  // modules loaded into a device's context
   std::atomic<std::uint64_t> memory_hits{0};   // lookups served by the loaded-module map
+  std::atomic<std::uint64_t> load_micros{0};   // wall time of the first loads (compile or disk, and load)
 };
 inline KernelStats& stats() {
   static KernelStats s;
@@ -448,7 +450,10 @@ inline CUfunction function(int device, const Program& p, std::string_view kernel
   if (it == reg.modules.end()) {
     require_not_capturing("cuda::kernels", cutrain::detail::cat("loading the NVRTC kernels of ", p.name));
     detail::LoadedModule loaded;
+    const auto t0 = std::chrono::steady_clock::now();
     loaded.module = detail::load_module(device, p);
+    stats().load_micros += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
     it = reg.modules.emplace(key, std::move(loaded)).first;
   } else {
     ++stats().memory_hits;
