@@ -299,6 +299,8 @@ TEST_CASE("gpu autotune: benchmark tunes cuBLASLt matmul algorithms that match t
       CHECK(r->key.library == "cublaslt");
       CHECK(!r->from_cache);
       CHECK(!c.algo.empty());
+      CHECK(c.engine_id >= 0);  // the algorithm's config id, read back from its bytes
+      CHECK(!c.knobs.empty());
       CHECK(c.heuristic_ms > 0);  // the heuristic's first choice is always timed
       CHECK(c.median_ms <= c.heuristic_ms);
       CHECK(c.candidates_tried >= 1);

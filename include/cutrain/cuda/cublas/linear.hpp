@@ -234,9 +234,15 @@ inline std::unique_ptr<MatmulPlan> make_plan(const MatmulSpec& s, cublasLtHandle
 // cache also keeps the algorithm's bytes, from which a later process runs it.
 inline std::pair<std::int64_t, std::vector<autotune::Knob>> algo_config(const cublasLtMatmulAlgo_t& algo) {
   const auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) -> std::int64_t {
-    std::uint64_t v = 0;  // every attribute read here is an integer of at most 8 bytes
+    // The attributes are 16- or 32-bit integers, and cuBLASLt wants the exact size: ask for it.
+    std::size_t size = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0 ||
+        size > sizeof(std::uint64_t))
+      return -1;
+    std::uint64_t v = 0;  // little-endian: the low bytes take the value
     std::size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return -1;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, size, &written) != CUBLAS_STATUS_SUCCESS) return -1;
+    if (attr == CUBLASLT_ALGO_CONFIG_ID && size == 4) return static_cast<std::int32_t>(static_cast<std::uint32_t>(v));
     return static_cast<std::int64_t>(v);
   };
   std::vector<autotune::Knob> knobs;
@@ -244,7 +250,7 @@ inline std::pair<std::int64_t, std::vector<autotune::Knob>> algo_config(const cu
                           CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
                           CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
                           CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID})
-    knobs.push_back({static_cast<std::int64_t>(attr), get(attr)});
+    if (const std::int64_t v = get(attr); v >= 0) knobs.push_back({static_cast<std::int64_t>(attr), v});
   return {get(CUBLASLT_ALGO_CONFIG_ID), std::move(knobs)};
 }
 
