@@ -39,9 +39,11 @@ struct Run {
   nn::StateDict<float> state;
 };
 
-// steps training steps on dev, on batches drawn from a fixed seed.
+// steps training steps on dev, on batches drawn from a fixed seed, computed in precision p (the
+// parameters stay f32); with a scaler (f16) the loss is scaled and no step may overflow.
 template <class MakeOpt>
-Run train(Device dev, int steps, MakeOpt make_opt) {
+Run train(Device dev, int steps, MakeOpt make_opt, nn::Precision p = nn::Precision::f32,
+          optim::GradScaler<float>* scaler = nullptr) {
   auto net = small_cnn(7);
   net.to(dev);
   auto opt = make_opt(net.parameters());
@@ -51,10 +53,15 @@ Run train(Device dev, int steps, MakeOpt make_opt) {
     auto x = Tensor<float>::uniform(Shape{16, 1, 12, 12}, data, -1.0, 1.0, {.layout = Layout::nchw});
     Tensor<std::int32_t> y(Shape{16});
     for (std::int64_t i = 0; i < 16; ++i) y.data()[i] = static_cast<std::int32_t>(data.below(10));
-    auto loss = nn::cross_entropy(net(x.to(dev)), y.to(dev));
+    auto loss = nn::cross_entropy(nn::autocast(p, net, x.to(dev)), y.to(dev));
     opt.zero_grad();
-    loss.backward();
-    opt.step();
+    if (scaler) {
+      scaler->backward(loss);
+      CHECK(scaler->step(opt));
+    } else {
+      loss.backward();
+      opt.step();
+    }
     r.losses.push_back(loss.item());
   }
   r.state = net.state_dict();
@@ -436,35 +443,15 @@ TEST_CASE("optimizer steps replayed from a CUDA graph match eager steps", "[gpu]
 
 namespace {
 
-// Training steps of small_cnn with SGD-momentum on dev, computed in precision p (f32 parameters
-// throughout; f16 with a GradScaler). Returns the losses and the state.
+// Training steps of small_cnn with SGD-momentum on dev in precision p; f16 with a GradScaler.
 Run train_mixed(Device dev, nn::Precision p, int steps) {
-  auto net = small_cnn(7);
-  net.to(dev);
-  optim::SGD<float> opt(net.parameters(), {.lr = 0.01, .momentum = 0.9});
   // 1024, not the default 65536: the default overflows on the first steps here (and skips them,
   // as it should), which would leave nothing to compare.
   optim::GradScaler<float> scaler({.init_scale = 1024.0});
-  Rng data(11);
-  Run r;
-  for (int s = 0; s < steps; ++s) {
-    auto x = Tensor<float>::uniform(Shape{16, 1, 12, 12}, data, -1.0, 1.0, {.layout = Layout::nchw});
-    Tensor<std::int32_t> y(Shape{16});
-    for (std::int64_t i = 0; i < 16; ++i) y.data()[i] = static_cast<std::int32_t>(data.below(10));
-    auto loss = nn::cross_entropy(nn::autocast(p, net, x.to(dev)), y.to(dev));
-    opt.zero_grad();
-    if (p == nn::Precision::f16) {
-      scaler.backward(loss);
-      CHECK(scaler.step(opt));  // no overflow at this scale
-    } else {
-      loss.backward();
-      opt.step();
-    }
-    for (const auto& prm : net.parameters()) CHECK(prm.value().device() == dev);
-    r.losses.push_back(loss.item());
-  }
-  r.state = net.state_dict();
-  return r;
+  const auto sgd = [](std::vector<autograd::Var<float>> params) {
+    return optim::SGD<float>(std::move(params), {.lr = 0.01, .momentum = 0.9});
+  };
+  return train(dev, steps, sgd, p, p == nn::Precision::f16 ? &scaler : nullptr);
 }
 
 double rel_norm_diff(const Tensor<float>& a, const Tensor<float>& b, const Tensor<float>* minus = nullptr) {
