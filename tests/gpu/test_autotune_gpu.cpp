@@ -3,7 +3,8 @@
 // and still matches the CPU backend; the cache file written then replays the same engines in
 // cached mode, timing nothing; a cache entry whose engine no longer builds is tuned again;
 // heuristic mode never times. The same for cuBLASLt's matmul algorithms (linear forward with
-// bias + relu, backward with the bias-gradient epilogue).
+// bias + relu, backward with the bias-gradient epilogue). And the plans cuDNN compiles at build
+// (relu and batch norm here), kept on disk and read back by a fresh graph cache.
 #include "parity.hpp"
 #include "temp_dir.hpp"
 
@@ -11,7 +12,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +23,8 @@
 #include "cutrain/cuda/autotune/tuner.hpp"
 #include "cutrain/cuda/cublas/linear.hpp"
 #include "cutrain/cuda/cudnn/conv.hpp"
+#include "cutrain/ops/activation.hpp"
+#include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/linear.hpp"
 
@@ -334,4 +339,74 @@ TEST_CASE("gpu autotune: benchmark tunes cuBLASLt matmul algorithms that match t
     CHECK(timed_count() == timed0);
     CHECK(autotune::stats().cache_hits.load() - hits0 >= 3);
   }
+}
+
+TEST_CASE("gpu: plans cuDNN compiles at build are kept on disk, and a fresh graph cache reads them back") {
+  Restore restore;
+  TempDir dir("plan_files");
+  const char* old = std::getenv("CUTRAIN_KERNEL_CACHE");
+  const std::string saved = old ? old : "";
+  ::setenv("CUTRAIN_KERNEL_CACHE", dir.path().c_str(), 1);
+  struct PutBack {
+    std::string value;
+    bool had;
+    ~PutBack() {
+      if (had) ::setenv("CUTRAIN_KERNEL_CACHE", value.c_str(), 1);
+      else ::unsetenv("CUTRAIN_KERNEL_CACHE");
+    }
+  } put_back{saved, old != nullptr};
+  autotune::ModeGuard mode(autotune::Mode::heuristic);
+
+  // relu forward and backward and batch norm training forward and backward, bf16 NHWC, on a
+  // shape no other test uses; every output checked against the CPU backend.
+  Rng rng(57);
+  const Shape s{3, 24, 7, 9};
+  auto [x, xr] = random_pair<cutrain::bfloat16>(s, rng, Layout::nhwc);
+  auto [dy, dyr] = random_pair<cutrain::bfloat16>(s, rng, Layout::nhwc);
+  auto [gamma, gr] = random_pair<float>(Shape{24}, rng, Layout::row_major);
+  auto [beta, br] = random_pair<float>(Shape{24}, rng, Layout::row_major);
+  const ActivationParams relu{.kind = Activation::relu};
+  auto run = [&] {
+    check_close("plan file relu fwd", ops::activation_forward(x, relu), ops::activation_forward(xr, relu));
+    check_close("plan file relu bwd", ops::activation_backward(x, dy, relu), ops::activation_backward(xr, dyr, relu));
+    Tensor<float> rm = Tensor<float>::zeros(Shape{24}, {.device = Device::cuda(0)});
+    Tensor<float> rv = Tensor<float>::full(Shape{24}, 1.0f, {.device = Device::cuda(0)});
+    Tensor<double> rmr = Tensor<double>::zeros(Shape{24}), rvr = Tensor<double>::full(Shape{24}, 1.0);
+    const auto f = ops::batch_norm_forward_training(x, gamma, beta, rm, rv, {});
+    const auto fr = ops::batch_norm_forward_training(xr, gr, br, rmr, rvr, {});
+    check_close("plan file bn fwd", f.y, fr.y);
+    const auto b = ops::batch_norm_backward(x, dy, gamma, f.save_mean, f.save_inv_std);
+    const auto brf = ops::batch_norm_backward(xr, dyr, gr, fr.save_mean, fr.save_inv_std);
+    check_close("plan file bn bwd dx", b.dx, brf.dx);
+    cuda::synchronize();
+  };
+  const auto plan_files = [&] {
+    std::vector<std::filesystem::path> out;
+    for (const auto& name : dir.entries())
+      if (name.starts_with("cudnn-plan-") && name.ends_with(".bin")) out.push_back(dir / name);
+    return out;
+  };
+
+  cuda::cudnn::clear_graph_cache();
+  const auto loaded0 = cuda::cudnn::build_stats().from_files.load();
+  run();  // builds the four graphs and writes the plans cuDNN can serialize
+  CHECK(cuda::cudnn::build_stats().from_files.load() == loaded0);
+  const auto files = plan_files();
+  std::printf("plan files written: %zu of 4 graphs\n", files.size());
+  REQUIRE(!files.empty());
+
+  // A fresh graph cache: each plan with a file is read back, not built, and computes the same.
+  cuda::cudnn::clear_graph_cache();
+  run();
+  CHECK(cuda::cudnn::build_stats().from_files.load() - loaded0 == static_cast<std::int64_t>(files.size()));
+
+  // A damaged file is ignored: that graph is built again, and still right.
+  {
+    std::ofstream damage(files.front(), std::ios::binary | std::ios::trunc);
+    damage << "not a plan";
+  }
+  cuda::cudnn::clear_graph_cache();
+  const auto loaded1 = cuda::cudnn::build_stats().from_files.load();
+  run();
+  CHECK(cuda::cudnn::build_stats().from_files.load() - loaded1 == static_cast<std::int64_t>(files.size()) - 1);
 }

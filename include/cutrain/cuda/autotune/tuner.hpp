@@ -140,6 +140,13 @@ inline std::optional<Result>& last() {
 }
 }  // namespace detail
 
+// Whether the autotuner plans the graph of this key (cudnn::cached_graph's key) under options o:
+// convolutions (their keys start with the direction), or every graph with tune_all_graphs.
+inline bool tunes_graph(std::string_view graph_key, const Options& o) {
+  return o.tune_all_graphs || graph_key.starts_with("fprop ") || graph_key.starts_with("dgrad ") ||
+         graph_key.starts_with("wgrad ");
+}
+
 // The mode in effect on this thread: a ModeGuard's, else the process default (set_mode, else
 // $CUTRAIN_AUTOTUNE, else cached).
 inline Mode mode() {
@@ -265,7 +272,7 @@ inline Request*& current_request() {
 inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& graph_key, bool strict_f32) {
   Request* r = current_request();
   if (!r || r->planned || r->graph_key != graph_key) return false;
-  if (!r->options.tune_all_graphs && !op.starts_with("conv2d")) return false;  // see Options::tune_all_graphs
+  if (!tunes_graph(graph_key, r->options)) return false;  // see Options::tune_all_graphs
   r->planned = true;
   r->op = std::string(op);
   const Options& o = r->options;
