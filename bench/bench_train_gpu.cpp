@@ -130,8 +130,7 @@ struct TinyRelu {
   }
   std::string key() const {
     const auto [vs, vst] = cuda::cudnn::elementwise_view(x);
-    return cutrain::detail::cat("activation fwd ", cuda::cudnn::detail::activation_key(a), " ", dtype_of<float>,
-                                cuda::cudnn::signature(" view", vs, vst));
+    return cuda::cudnn::detail::activation_graph_key<float>("fwd", a, vs, vst);
   }
 };
 

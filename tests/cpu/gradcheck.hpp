@@ -8,10 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <functional>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cutrain/core/tensor.hpp"
 
@@ -68,6 +70,21 @@ inline GradcheckResult gradcheck(const std::string& name, Tensor<double>& x, con
 // Fresh random data in [-1, 1) (never zeros or constants) with the given layout.
 inline Tensor<double> random(const Shape& s, Rng& rng, Layout l = Layout::row_major) {
   return Tensor<double>::uniform(s, rng, -1.0, 1.0, {.layout = s.rank() == 4 ? l : Layout::row_major});
+}
+
+// A batch of n 8x8 single-channel images in two classes, a bright top half (0) or a bright
+// bottom half (1), plus noise, drawn from rng: data a small CNN learns in a few steps.
+inline void make_batch(Rng& rng, int n, Tensor<float>& x, Tensor<std::int32_t>& y) {
+  std::vector<float> xs(static_cast<std::size_t>(n) * 64);
+  std::vector<std::int32_t> ys(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int label = static_cast<int>(rng.below(2));
+    ys[static_cast<std::size_t>(i)] = label;
+    for (int p = 0; p < 64; ++p)
+      xs[static_cast<std::size_t>(i * 64 + p)] = ((p < 32) == (label == 0) ? 0.5f : 0.0f) + static_cast<float>(rng.normal());
+  }
+  x = Tensor<float>::from_vector(xs, Shape{n, 1, 8, 8});
+  y = Tensor<std::int32_t>::from_vector(ys, Shape{n});
 }
 
 // Checks that `a` and `b` hold the same values (logical order) within tol.

@@ -71,20 +71,6 @@ nn::Sequential<float> tiny_net(std::uint64_t seed) {
                                nn::Linear<float>({.in = 3 * 8 * 8, .out = 2, .seed = seed + 1})};
 }
 
-// Random 8x8 images with a class signal in the top or bottom half, drawn from rng.
-void make_batch(Rng& rng, int n, Tensor<float>& x, Tensor<std::int32_t>& y) {
-  std::vector<float> xs(static_cast<std::size_t>(n) * 64);
-  std::vector<std::int32_t> ys(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    const int label = static_cast<int>(rng.below(2));
-    ys[static_cast<std::size_t>(i)] = label;
-    for (int p = 0; p < 64; ++p)
-      xs[static_cast<std::size_t>(i * 64 + p)] = ((p < 32) == (label == 0) ? 0.5f : 0.0f) + static_cast<float>(rng.normal());
-  }
-  x = Tensor<float>::from_vector(xs, Shape{n, 1, 8, 8});
-  y = Tensor<std::int32_t>::from_vector(ys, Shape{n});
-}
-
 template <class Opt>
 float train_step(nn::Sequential<float>& net, Opt& opt, Rng& data, double lr) {
   Tensor<float> x;

@@ -16,27 +16,6 @@ using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
 
-namespace {
-
-template <class U, class T>
-std::vector<U> converted(const Tensor<T>& t) {
-  std::vector<U> out;
-  for (const T v : t.to_vector()) out.push_back(static_cast<U>(v));
-  return out;
-}
-
-template <class T>
-void require_equal(const Tensor<T>& a, const Tensor<T>& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto va = a.to_vector(), vb = b.to_vector();
-  for (std::size_t i = 0; i < va.size(); ++i) {
-    INFO("element " << i << " of " << a.describe());
-    REQUIRE(va[i] == vb[i]);
-  }
-}
-
-}  // namespace
-
 TEST_CASE("autograd::cast: gradients cross element types", "[mixed]") {
   Rng rng(71);
   // f64 leaves w (used twice) and a; f32 compute: y = sum(cast(w) * cast(a) + cast(w)).
@@ -44,7 +23,7 @@ TEST_CASE("autograd::cast: gradients cross element types", "[mixed]") {
   auto a = autograd::parameter(random(Shape{3, 4}, rng));
   auto wf = autograd::cast<float>(w);
   auto af = autograd::cast<float>(a);
-  REQUIRE(wf.value().to_vector() == converted<float>(w.value()));
+  REQUIRE(wf.value().to_vector() == cast<float>(w.value()).to_vector());
   auto z = autograd::add(autograd::multiply(wf, af), wf);
   // Back to f64 through a Var with history (a nested backward), then a scalar: the dot with r.
   auto zd = autograd::cast<double>(z);
@@ -116,7 +95,7 @@ TEST_CASE("nn: a Sequential of f64 parameters runs in f32 like its f32 copy", "[
 
   auto logits_mixed = nn::autocast<float>(wide, x);  // Var<double>, computed in f32
   auto logits_narrow = narrow(xf);
-  REQUIRE(logits_mixed.value().to_vector() == converted<double>(logits_narrow.value()));
+  REQUIRE(logits_mixed.value().to_vector() == cast<double>(logits_narrow.value()).to_vector());
   nn::cross_entropy(logits_mixed, y).backward();
   nn::cross_entropy(logits_narrow, y).backward();
 
@@ -129,7 +108,7 @@ TEST_CASE("nn: a Sequential of f64 parameters runs in f32 like its f32 copy", "[
   for (std::size_t k = 0; k < pw.size(); ++k) {
     INFO("parameter " << pw[k].first);
     REQUIRE(pw[k].second.grad().defined());
-    require_close(pw[k].second.grad(), converted<double>(pn[k].second.grad()), 1e-5);
+    require_close(pw[k].second.grad(), cast<double>(pn[k].second.grad()).to_vector(), 1e-5);
   }
 }
 

@@ -28,23 +28,6 @@ nn::Sequential<float> small_cnn(std::uint64_t seed) {
                                nn::Flatten{}, nn::Linear<float>({.in = 4 * 4 * 4, .out = 2, .seed = seed + 1})};
 }
 
-// Two classes of 8x8 images: a bright top half (0) or a bright bottom half (1), plus noise.
-void make_batch(Rng& rng, int n, Tensor<float>& x, Tensor<std::int32_t>& y) {
-  std::vector<float> xs(static_cast<std::size_t>(n) * 64);
-  std::vector<std::int32_t> ys(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    const int label = static_cast<int>(rng.below(2));
-    ys[static_cast<std::size_t>(i)] = label;
-    for (int p = 0; p < 64; ++p) {
-      const bool top = p < 32;
-      const float signal = (top == (label == 0)) ? 0.5f : 0.0f;
-      xs[static_cast<std::size_t>(i * 64 + p)] = signal + static_cast<float>(rng.normal());
-    }
-  }
-  x = Tensor<float>::from_vector(xs, Shape{n, 1, 8, 8});
-  y = Tensor<std::int32_t>::from_vector(ys, Shape{n});
-}
-
 }  // namespace
 
 TEST_CASE("nn: named parameters, buffers and state_dict keys", "[nn]") {

@@ -123,8 +123,7 @@ struct Handles {
   cudnnHandle_t cudnn = nullptr;
   cublasLtHandle_t cublaslt = nullptr;
   Storage workspace;  // the arena: grows to the largest request, then is reused
-  cudaStream_t cudnn_stream = nullptr;  // the stream cudnn is bound to (once it has been)
-  bool cudnn_bound = false;
+  cudaStream_t cudnn_stream = nullptr;  // the stream cudnn is bound to (cudnnCreate binds the default one)
 
   Handles() = default;
   Handles(const Handles&) = delete;
@@ -147,10 +146,9 @@ inline Handles& handles(int device) {
   }
   // Rebound only when this thread's stream changed: this runs on every op call.
   const cudaStream_t s = current_stream();
-  if (!h->cudnn_bound || h->cudnn_stream != s) {
+  if (h->cudnn_stream != s) {
     check(cudnnSetStream(h->cudnn, s), "cuda::handles", "cudnnSetStream");
     h->cudnn_stream = s;
-    h->cudnn_bound = true;
   }
   return *h;
 }

@@ -348,17 +348,49 @@ inline double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// Scratch copies of a graph's tensors on its device, and the events that time its plans.
-class Bench {
- public:
-  // Each round runs a plan back to back for about round_ms; at least min_rounds, at most
-  // max_rounds, until the median of the rounds so far moves by less than `stable` over the last
-  // three rounds.
+// How every candidate (cuDNN plan or cuBLASLt algorithm) is timed, after a warm-up run: one run
+// alone sets how many go in a round (about round_ms of work, at most max_reps); rounds repeat, at
+// least min_rounds, at most max_rounds, until the median of the rounds so far moves by less than
+// `stable` over the last three. Past the deadline it stops after min_rounds, unless told to
+// finish. run() returns false when a run fails; the result is the median ms per run, or nothing.
+struct Rounds {
   static constexpr double round_ms = 1.0;
   static constexpr int max_reps = 10;
   static constexpr int min_rounds = 5;
   static constexpr int max_rounds = 30;
   static constexpr double stable = 0.02;
+};
+template <class Run>
+std::optional<double> time_rounds(Run&& run, cudaStream_t stream, Event& start, Event& stop,
+                                  std::chrono::steady_clock::time_point deadline, bool finish) {
+  start.record(stream);
+  if (!run()) return std::nullopt;
+  stop.record(stream);
+  stop.synchronize();
+  const double once = std::max<double>(stop.elapsed_ms(start), 1e-4);
+  const int reps = std::clamp(static_cast<int>(std::ceil(Rounds::round_ms / once)), 1, Rounds::max_reps);
+  std::vector<double> rounds, medians;
+  while (static_cast<int>(rounds.size()) < Rounds::max_rounds) {
+    start.record(stream);
+    for (int k = 0; k < reps; ++k)
+      if (!run()) return std::nullopt;
+    stop.record(stream);
+    stop.synchronize();
+    rounds.push_back(stop.elapsed_ms(start) / reps);
+    if (static_cast<int>(rounds.size()) < Rounds::min_rounds) continue;
+    medians.push_back(median(rounds));
+    if (medians.size() >= 3) {
+      const auto [lo, hi] = std::minmax_element(medians.end() - 3, medians.end());
+      if (*hi - *lo < Rounds::stable * *lo) break;
+    }
+    if (!finish && std::chrono::steady_clock::now() > deadline) break;
+  }
+  return median(rounds);
+}
+
+// Scratch copies of a graph's tensors on its device, and the events that time its plans.
+class Bench {
+ public:
 
   Bench(fe::graph::Graph& g, const std::vector<TensorAttr>& tensors, int device)
       : g_(g), device_(device), stream_(current_stream()), handle_(handles(device).cudnn) {
@@ -382,31 +414,9 @@ class Bench {
   std::optional<double> time(std::int64_t index, std::int64_t workspace_bytes,
                              std::chrono::steady_clock::time_point deadline, bool finish, std::string& why) {
     void* ws = workspace(workspace_bytes);
-    const auto run = [&] { return g_.execute_plan_at_index(handle_, uids_, ws, index); };
-    if (!ok(run(), why) || !synced(why)) return std::nullopt;
-    start_.record(stream_);
-    if (!ok(run(), why)) return std::nullopt;
-    stop_.record(stream_);
-    stop_.synchronize();
-    const double once = std::max<double>(stop_.elapsed_ms(start_), 1e-4);
-    const int reps = std::clamp(static_cast<int>(std::ceil(round_ms / once)), 1, max_reps);
-    std::vector<double> rounds, medians;
-    while (static_cast<int>(rounds.size()) < max_rounds) {
-      start_.record(stream_);
-      for (int k = 0; k < reps; ++k)
-        if (!ok(run(), why)) return std::nullopt;
-      stop_.record(stream_);
-      stop_.synchronize();
-      rounds.push_back(stop_.elapsed_ms(start_) / reps);
-      if (static_cast<int>(rounds.size()) < min_rounds) continue;
-      medians.push_back(median(rounds));
-      if (medians.size() >= 3) {
-        const auto [lo, hi] = std::minmax_element(medians.end() - 3, medians.end());
-        if (*hi - *lo < stable * *lo) break;
-      }
-      if (!finish && std::chrono::steady_clock::now() > deadline) break;
-    }
-    return median(rounds);
+    const auto run = [&] { return ok(g_.execute_plan_at_index(handle_, uids_, ws, index), why); };
+    if (!run() || !synced(why)) return std::nullopt;
+    return time_rounds(run, stream_, start_, stop_, deadline, finish);
   }
 
   // Runs a plan for about ms of GPU time, so that the clocks are up before the baseline is timed.
@@ -416,7 +426,7 @@ class Bench {
     double spent = 0;
     for (int batch = 0; batch < 20 && spent < ms; ++batch) {
       start_.record(stream_);
-      for (int k = 0; k < max_reps; ++k)
+      for (int k = 0; k < Rounds::max_reps; ++k)
         if (!ok(g_.execute_plan_at_index(handle_, uids_, ws, index), why)) return;
       stop_.record(stream_);
       stop_.synchronize();

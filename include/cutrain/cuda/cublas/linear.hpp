@@ -341,43 +341,21 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
       continue;
     }
     void* ws = workspace(device, c.workspaceSize);
-    const auto launch = [&] {
+    const auto run = [&] {
       return cublasLtMatmul(h, p.desc, &alpha, scratch[0].data(), p.a, scratch[1].data(), p.b, &beta, scratch[2].data(),
-                            p.d, scratch[2].data(), p.d, &c.algo, ws, c.workspaceSize, stream);
+                            p.d, scratch[2].data(), p.d, &c.algo, ws, c.workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
     };
-    if (launch() != CUBLAS_STATUS_SUCCESS) {
+    if (!run()) {  // the warm-up
       ++failed;
       continue;
     }
-    start.record(stream);
-    bool ran = launch() == CUBLAS_STATUS_SUCCESS;
-    stop.record(stream);
-    stop.synchronize();
-    if (!ran) {
-      ++failed;
-      continue;
-    }
-    const double once = std::max<double>(stop.elapsed_ms(start), 1e-4);
-    const int reps = std::clamp(static_cast<int>(std::ceil(1.0 / once)), 1, 10);  // rounds of about 1 ms
-    std::vector<double> rounds;
-    for (int r = 0; r < 15 && ran; ++r) {
-      start.record(stream);
-      for (int k = 0; k < reps && ran; ++k) ran = launch() == CUBLAS_STATUS_SUCCESS;
-      stop.record(stream);
-      stop.synchronize();
-      rounds.push_back(stop.elapsed_ms(start) / reps);
-      if (rounds.size() >= 5) {
-        std::vector<double> sorted = rounds;
-        std::sort(sorted.begin(), sorted.end());
-        if (sorted[sorted.size() / 2] - sorted.front() < 0.02 * sorted.front()) break;  // stable
-      }
-    }
-    if (!ran) {
+    const auto ms = at::detail::time_rounds(run, stream, start, stop, deadline, /*finish=*/i == 0);
+    if (!ms) {
       ++failed;
       continue;
     }
     at::stats().candidates_timed.fetch_add(1);
-    timed.push_back({i, at::detail::median(rounds)});
+    timed.push_back({i, *ms});
   }
   if (timed.empty()) {
     at::detail::warn(cat(op, ": no cuBLASLt algorithm could be timed for ", s.describe(),

@@ -32,6 +32,14 @@ inline fe::graph::Pointwise_attributes activation_attributes(const ActivationPar
 inline std::string activation_key(const ActivationParams& a) {
   return cutrain::detail::cat(a.kind, " alpha ", a.alpha);
 }
+
+// The graph-cache key of activation_forward (direction "fwd") or _backward ("bwd") in T on the
+// elementwise view (vs, vst).
+template <GpuFloat T>
+std::string activation_graph_key(const char* direction, const ActivationParams& a, const Shape& vs, const Strides& vst) {
+  return cutrain::detail::cat("activation ", direction, " ", activation_key(a), " ", dtype_of<T>,
+                              signature(" view", vs, vst));
+}
 }  // namespace detail
 
 // x and y contiguous in one layout (see elementwise_view).
@@ -40,8 +48,7 @@ void activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>
   constexpr std::string_view op = "activation_forward";
   const int dev = x.device().index;
   const auto [vs, vst] = elementwise_view(x);
-  const std::string key =
-      cutrain::detail::cat("activation fwd ", detail::activation_key(a), " ", dtype_of<T>, signature(" view", vs, vst));
+  const std::string key = detail::activation_graph_key<T>("fwd", a, vs, vst);
   BuiltGraph& bg = cached_graph(dev, key, [&] {
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
@@ -60,8 +67,7 @@ void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Activati
   constexpr std::string_view op = "activation_backward";
   const int dev = x.device().index;
   const auto [vs, vst] = elementwise_view(x);
-  const std::string key =
-      cutrain::detail::cat("activation bwd ", detail::activation_key(a), " ", dtype_of<T>, signature(" view", vs, vst));
+  const std::string key = detail::activation_graph_key<T>("bwd", a, vs, vst);
   BuiltGraph& bg = cached_graph(dev, key, [&] {
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
