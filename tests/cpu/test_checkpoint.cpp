@@ -24,6 +24,7 @@
 #include "temp_dir.hpp"
 
 using namespace cutrain;
+using cutrain::test::make_batch;
 using autograd::Var;
 namespace fs = std::filesystem;
 
