@@ -4,13 +4,16 @@
 // cached mode, timing nothing; a cache entry whose engine no longer builds is tuned again;
 // heuristic mode never times. The same for cuBLASLt's matmul algorithms (linear forward with
 // bias + relu, backward with the bias-gradient epilogue). And the plans cuDNN compiles at build
-// (relu and batch norm here), kept on disk and read back by a fresh graph cache.
+// (relu and batch norm here), kept on disk and read back by a fresh graph cache. A warm start
+// that loads a run's plans, tuned ones included, on background threads for the next run.
 #include "parity.hpp"
 #include "temp_dir.hpp"
 
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +26,7 @@
 #include "cutrain/cuda/autotune/tuner.hpp"
 #include "cutrain/cuda/cublas/linear.hpp"
 #include "cutrain/cuda/cudnn/conv.hpp"
+#include "cutrain/cuda/warm_start.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/conv2d.hpp"
@@ -409,4 +413,89 @@ TEST_CASE("gpu: plans cuDNN compiles at build are kept on disk, and a fresh grap
   const auto loaded1 = cuda::cudnn::build_stats().from_files.load();
   run();
   CHECK(cuda::cudnn::build_stats().from_files.load() - loaded1 == static_cast<std::int64_t>(files.size()) - 1);
+}
+
+TEST_CASE("gpu: a warm start loads the plans of an earlier run in the background, tuned plans included") {
+  Restore restore;
+  TempDir dir("warm_start");
+  const char* old = std::getenv("CUTRAIN_KERNEL_CACHE");
+  const std::string saved = old ? old : "";
+  ::setenv("CUTRAIN_KERNEL_CACHE", dir.path().c_str(), 1);
+  struct PutBack {
+    std::string value;
+    bool had;
+    ~PutBack() {
+      cuda::cudnn::detail::reset_warm_start();
+      if (had) ::setenv("CUTRAIN_KERNEL_CACHE", value.c_str(), 1);
+      else ::unsetenv("CUTRAIN_KERNEL_CACHE");
+    }
+  } put_back{saved, old != nullptr};
+  autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
+  autotune::ModeGuard mode(autotune::Mode::cached);
+  cuda::cudnn::detail::reset_warm_start();  // none is active in this binary; be sure
+
+  CHECK_THROWS_AS(cuda::warm_start("bad name"), InvalidArgument);
+  CHECK_THROWS_AS(cuda::warm_start("ok", 99), InvalidArgument);
+
+  // A bf16 NHWC conv (tuned: its plan goes to a file only under a warm start), relu and batch
+  // norm (the heuristics' plans), on shapes no other test uses; every output against the CPU.
+  Rng rng(91);
+  const Shape xs{2, 16, 9, 11}, ws{24, 16, 3, 3};
+  const auto p = Conv2dParams::make(1, 1);
+  const Shape ys = conv2d_output_shape(xs, ws, p);
+  auto [x, xr] = random_pair<cutrain::bfloat16>(xs, rng, Layout::nhwc);
+  auto [w, wr] = random_pair<cutrain::bfloat16>(ws, rng, Layout::nhwc);
+  auto [gamma, gr] = random_pair<float>(Shape{24}, rng, Layout::row_major);
+  auto [beta, br] = random_pair<float>(Shape{24}, rng, Layout::row_major);
+  const ActivationParams relu{.kind = Activation::relu};
+  auto run = [&] {
+    const auto y = ops::conv2d_forward(x, w, p);
+    const auto yr = ops::conv2d_forward(xr, wr, p);
+    check_close("warm start conv", y, yr);
+    check_close("warm start relu", ops::activation_forward(y, relu), ops::activation_forward(yr, relu));
+    Tensor<float> rm = Tensor<float>::zeros(Shape{24}, {.device = Device::cuda(0)});
+    Tensor<float> rv = Tensor<float>::full(Shape{24}, 1.0f, {.device = Device::cuda(0)});
+    Tensor<double> rmr = Tensor<double>::zeros(Shape{24}), rvr = Tensor<double>::full(Shape{24}, 1.0);
+    check_close("warm start bn", ops::batch_norm_forward_training(y, gamma, beta, rm, rv, {}).y,
+                ops::batch_norm_forward_training(yr, gr, br, rmr, rvr, {}).y);
+    cuda::synchronize();
+  };
+
+  // The first run: nothing listed yet; the three graphs go to files and to the list.
+  cuda::cudnn::clear_graph_cache();
+  CHECK(cuda::warm_start("gpu-test") == 0);
+  CHECK(cuda::warm_start("gpu-test") == 0);  // again, same name: nothing more
+  CHECK_THROWS_AS(cuda::warm_start("other"), InvalidArgument);
+  run();
+  REQUIRE(std::filesystem::exists(dir / "warm-gpu-test.list"));
+
+  // A later run (the warm start forgotten, as in a new process): the threads load and run all
+  // three; the ops take them instead of building, and still compute the same.
+  cuda::cudnn::detail::reset_warm_start();
+  cuda::cudnn::clear_graph_cache();
+  const std::size_t queued = cuda::warm_start("gpu-test");
+  std::printf("warm start: %zu plans listed\n", queued);
+  CHECK(queued == 3);
+  for (int i = 0; i < 200 && cuda::warm_start_stats().loaded < static_cast<std::int64_t>(queued); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto st = cuda::warm_start_stats();
+  CHECK(st.loaded == 3);
+  CHECK(st.warmed == 3);
+  const auto warm0 = cuda::cudnn::build_stats().warm.load();
+  const auto tuned0 = autotune::stats().ops_tuned.load();
+  run();
+  CHECK(cuda::cudnn::build_stats().warm.load() - warm0 == 3);
+  CHECK(autotune::stats().ops_tuned.load() == tuned0);
+
+  // In heuristic mode the tuned conv plan does not fit: that graph is built; the others are taken.
+  cuda::cudnn::detail::reset_warm_start();
+  cuda::cudnn::clear_graph_cache();
+  CHECK(cuda::warm_start("gpu-test") == 3);
+  {
+    autotune::ModeGuard heuristic(autotune::Mode::heuristic);
+    const auto warm1 = cuda::cudnn::build_stats().warm.load();
+    run();
+    CHECK(cuda::cudnn::build_stats().warm.load() - warm1 == 2);
+  }
+  cuda::cudnn::clear_graph_cache();
 }

@@ -388,6 +388,35 @@ std::optional<double> time_rounds(Run&& run, cudaStream_t stream, Event& start, 
   return median(rounds);
 }
 
+// The bytes a tensor of a graph spans in memory (its strides' reach), in its data type.
+inline std::size_t element_bytes(fe::DataType_t t) {
+  using D = fe::DataType_t;
+  switch (t) {
+    case D::HALF: case D::BFLOAT16: return 2;
+    case D::FLOAT: case D::INT32: case D::INT8x4: case D::UINT8x4: return 4;
+    case D::INT8: case D::UINT8: case D::BOOLEAN: case D::BYTE_BOOLEAN: case D::FP8_E4M3: case D::FP8_E5M2:
+    case D::FP8_E8M0: case D::FP8_E5M3: case D::FP4_E2M1: case D::INT4: return 1;
+    case D::INT8x32: return 32;
+    case D::COMPLEX_FP64: return 16;
+    default: return 8;  // DOUBLE, INT64, COMPLEX_FP32, and anything unknown: the widest guess
+  }
+}
+inline std::size_t tensor_bytes(const fe::graph::Tensor_attributes& t) {
+  const auto dim = t.get_dim();
+  const auto stride = t.get_stride();
+  std::int64_t span = 0;
+  if (stride.size() != dim.size()) {
+    span = t.get_volume();
+  } else {
+    for (std::size_t i = 0; i < dim.size(); ++i) {
+      if (dim[i] <= 0) return 0;
+      span += (dim[i] - 1) * stride[i];
+    }
+    span += 1;
+  }
+  return static_cast<std::size_t>(span) * element_bytes(t.get_data_type());
+}
+
 // Scratch copies of a graph's tensors on its device, and the events that time its plans.
 class Bench {
  public:
@@ -400,7 +429,7 @@ class Bench {
         uids_[t->get_uid()] = host_.back().get();
         continue;
       }
-      const std::size_t bytes = static_cast<std::size_t>(span(*t)) * element_bytes(t->get_data_type());
+      const std::size_t bytes = tensor_bytes(*t);
       buffers_.emplace_back(std::max<std::size_t>(bytes, 16), Device::cuda(device));
       // A finite pattern (0x3c3c: about 1.06 in f16, 0.0115 in bf16 and f32), zero for integers.
       check(cudaMemsetAsync(buffers_.back().data(), is_float(t->get_data_type()) ? 0x3c : 0, bytes, stream_),
@@ -435,29 +464,6 @@ class Bench {
   }
 
  private:
-  static std::int64_t span(const fe::graph::Tensor_attributes& t) {
-    const auto dim = t.get_dim();
-    const auto stride = t.get_stride();
-    if (stride.size() != dim.size()) return t.get_volume();
-    std::int64_t last = 0;
-    for (std::size_t i = 0; i < dim.size(); ++i) {
-      if (dim[i] <= 0) return 0;
-      last += (dim[i] - 1) * stride[i];
-    }
-    return last + 1;
-  }
-  static std::size_t element_bytes(fe::DataType_t t) {
-    using D = fe::DataType_t;
-    switch (t) {
-      case D::HALF: case D::BFLOAT16: return 2;
-      case D::FLOAT: case D::INT32: case D::INT8x4: case D::UINT8x4: return 4;
-      case D::INT8: case D::UINT8: case D::BOOLEAN: case D::BYTE_BOOLEAN: case D::FP8_E4M3: case D::FP8_E5M2:
-      case D::FP8_E8M0: case D::FP8_E5M3: case D::FP4_E2M1: case D::INT4: return 1;
-      case D::INT8x32: return 32;
-      case D::COMPLEX_FP64: return 16;
-      default: return 8;  // DOUBLE, INT64, COMPLEX_FP32, and anything unknown: the widest guess
-    }
-  }
   static bool is_float(fe::DataType_t t) {
     using D = fe::DataType_t;
     return t == D::FLOAT || t == D::HALF || t == D::BFLOAT16 || t == D::DOUBLE || t == D::FP8_E4M3 ||
@@ -647,7 +653,7 @@ class PlanScope {
         workspace_bytes = ws;
       }
       stats().cache_hits.fetch_add(1);
-      detail::last() = Result{req_.key, *req_.hit, true};
+      detail::last() = result_ = Result{req_.key, *req_.hit, true};
       return;
     }
     std::optional<std::pair<std::int64_t, std::int64_t>> chosen;
@@ -662,11 +668,16 @@ class PlanScope {
       if (g.get_workspace_size_plan_at_index(req_.baseline, ws).is_good()) chosen = std::pair{req_.baseline, ws};
     }
     if (chosen) std::tie(plan_index, workspace_bytes) = *chosen;
+    if (chosen && detail::last() && detail::last()->key.text() == req_.key.text()) result_ = detail::last();
   }
+
+  // The tuned or cached choice finish() set, with its key; nothing when the heuristics planned.
+  const std::optional<Result>& result() const { return result_; }
 
  private:
   detail::Request req_;
   detail::Request* prev_;
+  std::optional<Result> result_;
 };
 
 }  // namespace cutrain::cuda::autotune

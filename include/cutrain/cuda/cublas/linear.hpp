@@ -390,6 +390,17 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
   at::detail::last() = at::Result{key, std::move(choice), false};
 }
 
+// Asks cuBLASLt's heuristic for two small matmuls (f32 and bf16) on this thread's handle: the
+// first query in a process loads cuBLASLt's heuristic tables (about 60 ms on the H200), which a
+// warm start (cuda/warm_start.hpp) does on a background thread.
+inline void warm_up(int device) {
+  cutrain::detail::DeviceGuard on(device);
+  for (const auto& [type, dtype] : {std::pair{CUDA_R_32F, DType::f32}, std::pair{CUDA_R_16BF, DType::bf16}}) {
+    MatmulSpec s{.what = "warm-up", .m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldd = 64, .type = type, .dtype = dtype};
+    (void)make_plan(s, handles(device).cublaslt, nullptr, "cuda::cublas::warm_up");
+  }
+}
+
 // The plan for `s` on `device`, built (and in a tuning mode tuned) at first use; later calls are
 // a hash lookup.
 inline std::unordered_map<std::string, std::unique_ptr<MatmulPlan>>& plan_cache() {

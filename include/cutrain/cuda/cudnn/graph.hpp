@@ -18,6 +18,7 @@
 
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/cuda/cudnn/plan_files.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/runtime.hpp"
@@ -31,8 +32,6 @@
   } while (0)
 
 namespace cutrain::cuda::cudnn {
-
-namespace fe = cudnn_frontend;
 
 template <class T> struct fe_type;
 template <> struct fe_type<float> { static constexpr auto value = fe::DataType_t::FLOAT; };
@@ -50,8 +49,6 @@ inline MathOptions& math_options() {
   return o;
 }
 
-using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
-
 inline TensorAttr tensor(fe::graph::Graph& g, const char* name, const Shape& dims, const Strides& strides,
                          fe::DataType_t type) {
   return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_dim(dims.dims()).set_stride(strides).set_data_type(type));
@@ -61,110 +58,6 @@ template <class T>
 TensorAttr tensor(fe::graph::Graph& g, const char* name, const Tensor<T>& t) {
   return tensor(g, name, t.shape(), t.strides(), fe_type<T>::value);
 }
-
-// A built graph, its tensors in execution order, and the workspace its plan needs.
-struct BuiltGraph {
-  std::shared_ptr<fe::graph::Graph> graph;
-  std::vector<TensorAttr> tensors;
-  std::int64_t workspace = 0;
-  std::int64_t plan_index = -1;  // the plan the autotuner chose; -1: the graph's default (heuristics' choice)
-  // For execute's fast path: the index in `tensors` of each pointer the graph takes, in the
-  // order it takes them (its variant pack's uids, sorted); filled at the first execute.
-  std::vector<int> sorted{};
-  // Where the plan goes on disk after its first execute (see "Built plans on disk"); empty: not kept.
-  std::string plan_file_key{};
-};
-
-// ---- Built plans on disk ----------------------------------------------------------------------
-// cuDNN compiles the kernels of runtime-fused engines (batch norm, pointwise graphs, some fused
-// convolutions) while building their plan, in every process: on a ResNet-18 step that is most of
-// the first step's 2.7 s. A plan that cuDNN can serialize (it does so for runtime-compiled engines
-// only) is written to the kernel cache directory after its first execute, and a later process
-// reads it back instead of building it, for graphs the autotuner would not plan (heuristic mode,
-// or graphs it leaves to the heuristics). Files are checksummed, written atomically, keyed by the
-// graph key, the GPU and the cuDNN and cudnn-frontend versions; a bad or foreign one is ignored
-// and the graph is built. CUTRAIN_PLAN_CACHE=0 turns this off.
-namespace detail {
-inline bool plan_files_enabled() {
-  const char* v = std::getenv("CUTRAIN_PLAN_CACHE");
-  return !(v && std::string_view(v) == "0");
-}
-inline std::string plan_file_key(int device, const std::string& key) {
-  return autotune::Key::make("cudnn plan", key, "cudnn", autotune::environment(device)).text();
-}
-inline std::filesystem::path plan_file(const std::string& file_key) {
-  const auto dir = kernels::kernel_cache_dir();
-  if (dir.empty()) return {};
-  return dir / ("cudnn-plan-" + kernels::detail::hex16(kernels::detail::fnv1a(file_key)) + ".bin");
-}
-
-// The file's payload: the file key's length and bytes, the count of pointers and their order
-// (BuiltGraph::sorted), the workspace, then cudnn-frontend's serialized graph.
-template <class V>
-void put_raw(std::vector<char>& out, const V& v) {
-  const char* p = reinterpret_cast<const char*>(&v);
-  out.insert(out.end(), p, p + sizeof(V));
-}
-
-inline void save_plan_file(const BuiltGraph& bg) noexcept {
-  try {
-    const auto path = plan_file(bg.plan_file_key);
-    std::vector<std::uint8_t> blob;
-    if (path.empty() || bg.graph->serialize(blob, false).is_bad() || blob.empty()) return;
-    std::vector<char> payload;
-    put_raw(payload, static_cast<std::uint64_t>(bg.plan_file_key.size()));
-    payload.insert(payload.end(), bg.plan_file_key.begin(), bg.plan_file_key.end());
-    put_raw(payload, static_cast<std::uint64_t>(bg.sorted.size()));
-    for (const int i : bg.sorted) put_raw(payload, static_cast<std::int32_t>(i));
-    put_raw(payload, static_cast<std::int64_t>(bg.workspace));
-    payload.insert(payload.end(), blob.begin(), blob.end());
-    kernels::detail::write_cache_file(path, payload);
-  } catch (...) {  // a plan that is not kept is built again next time: never an error
-  }
-}
-
-// The plan of file_key from its file, ready to execute; nothing when there is none or it does not
-// deserialize here.
-inline std::optional<BuiltGraph> load_plan_file(int device, const std::string& file_key) {
-  const auto path = plan_file(file_key);
-  if (path.empty()) return std::nullopt;
-  const auto payload = kernels::detail::read_cache_file(path);
-  if (!payload) return std::nullopt;
-  const char* p = payload->data();
-  std::size_t left = payload->size();
-  const auto take = [&](void* out, std::size_t n) {
-    if (n > left) return false;
-    std::memcpy(out, p, n);
-    p += n;
-    left -= n;
-    return true;
-  };
-  std::uint64_t key_size = 0, count = 0;
-  if (!take(&key_size, 8) || key_size != file_key.size() || left < key_size ||
-      std::string_view(p, key_size) != file_key)
-    return std::nullopt;  // another key with the same hash
-  p += key_size;
-  left -= key_size;
-  if (!take(&count, 8) || count == 0 || count > 16) return std::nullopt;
-  BuiltGraph bg;
-  for (std::uint64_t k = 0; k < count; ++k) {
-    std::int32_t i = 0;
-    if (!take(&i, 4) || i < 0 || static_cast<std::uint64_t>(i) >= count) return std::nullopt;
-    bg.sorted.push_back(i);
-  }
-  if (!take(&bg.workspace, 8) || bg.workspace < 0 || left == 0) return std::nullopt;
-  const std::vector<std::uint8_t> blob(reinterpret_cast<const std::uint8_t*>(p), reinterpret_cast<const std::uint8_t*>(p) + left);
-  auto g = std::make_shared<fe::graph::Graph>();
-  try {
-    if (g->deserialize(handles(device).cudnn, blob, false, false).is_bad()) return std::nullopt;
-  } catch (const std::exception&) {  // the frontend's JSON reader throws on a malformed blob
-    return std::nullopt;
-  }
-  bg.graph = std::move(g);
-  bg.tensors.resize(static_cast<std::size_t>(count));  // placeholders: the file gives the order (sorted)
-  return bg;
-}
-}  // namespace detail
 
 // A signature cuDNN could not build, remembered so that asking again fails at once (and a
 // caller with a fallback pays for the failed build only once).
@@ -202,6 +95,7 @@ inline GraphCache& graph_cache() {
 struct BuildStats {
   std::atomic<std::int64_t> graphs{0};       // built, or read from a plan file
   std::atomic<std::int64_t> from_files{0};   // of those, read from a plan file (see "Built plans on disk")
+  std::atomic<std::int64_t> warm{0};         // of those, loaded by a warm start's threads (see "Warm start")
   std::atomic<std::int64_t> micros{0};
 };
 inline BuildStats& build_stats() {
@@ -237,20 +131,42 @@ BuiltGraph& cached_graph(int device, const std::string& key, Make&& make) {
           std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
       return cache.emplace(full, std::move(bg)).first->second;
     };
+    if (auto warm = detail::take_warm(device, full, key)) {  // see "Warm start"
+      build_stats().from_files += 1;
+      build_stats().warm += 1;
+      return done(std::move(*warm));
+    }
     // A plan the autotuner will not choose may come from its file (see "Built plans on disk").
     std::string file_key;
     if (detail::plan_files_enabled() &&
         (autotune::mode() == autotune::Mode::heuristic || !autotune::tunes_graph(key, autotune::options()))) {
       file_key = detail::plan_file_key(device, key);
-      if (auto loaded = detail::load_plan_file(device, file_key)) {
+      if (auto loaded = detail::load_plan_file(device, detail::plan_file_name(file_key), full)) {
         build_stats().from_files += 1;
+        detail::warm_record(*loaded->record);
         return done(std::move(*loaded));
       }
     }
     autotune::PlanScope tuning(device, key);
     BuiltGraph bg = make();
     tuning.finish(*bg.graph, bg.tensors, bg.plan_index, bg.workspace);
-    if (!file_key.empty() && bg.plan_index < 0 && bg.tensors.size() <= 16) bg.plan_file_key = std::move(file_key);
+    if (bg.tensors.size() <= 16) {
+      if (!file_key.empty() && bg.plan_index < 0) {
+        bg.record = std::make_shared<PlanRecord>(PlanRecord{.file_key = std::move(file_key), .graph_key = full});
+      } else if (const auto& tuned = tuning.result();
+                 tuned && detail::plan_files_enabled() && detail::warm_list().active.load()) {
+        // A tuned plan goes to a file only for a warm start: building one from its cache entry
+        // (about 0.5 ms) is quicker than reading it back, except on a background thread.
+        auto r = std::make_shared<PlanRecord>(PlanRecord{.graph_key = full,
+                                                         .tuned_op = tuned->key.op,
+                                                         .tuned_signature = tuned->key.signature,
+                                                         .tuned_choice = detail::choice_text(tuned->choice)});
+        r->file_key = detail::plan_file_key(device, key, r->tuned_choice);
+        std::error_code ec;
+        r->on_disk = std::filesystem::is_regular_file(detail::plan_dir() / detail::plan_file_name(r->file_key), ec);
+        bg.record = std::move(r);
+      }
+    }
     return done(std::move(bg));
   } catch (const CudnnError& e) {
     // Keep the reason (the text after "cutrain::<op>: ") for the next caller.
@@ -313,9 +229,9 @@ inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void
     order.push_back(found);
   }
   bg.sorted = std::move(order);
-  if (!bg.plan_file_key.empty()) {
-    detail::save_plan_file(bg);
-    bg.plan_file_key.clear();
+  if (bg.record) {  // see "Built plans on disk"
+    if (bg.record->on_disk || detail::save_plan_file(bg)) detail::warm_record(*bg.record);
+    bg.record.reset();
   }
 }
 
