@@ -6,11 +6,15 @@
 //   (b) the Fashion-MNIST CNN: batch 128, 28x28, f32 NCHW (TF32 off)
 // each in fprop, dgrad and wgrad, run through ops:: under autotune::Mode::benchmark.
 //
-//   autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic]
+//   autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive]
 //
 // --cache uses that cache file instead of the default ($CUTRAIN_AUTOTUNE_CACHE, else
 // ~/.cache/cutrain/autotune.json); benchmark mode writes what it finds there. --mode cached shows
-// the cache's entries being replayed (nothing timed on a hit). Exits 77 without a GPU.
+// the cache's entries being replayed (nothing timed on a hit). --exhaustive then tunes every op
+// again with no limit on candidates (and a memory-only cache), and prints, per op, how the chosen
+// engine compares with the fastest of all candidates, both timed in that second pass. Exits 77
+// without a GPU.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -25,6 +29,7 @@
 #include "cutrain/core/json.hpp"
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/cuda/cudnn/graph.hpp"
 #include "cutrain/cuda/runtime.hpp"
 #include "cutrain/ops/conv2d.hpp"
 
@@ -161,9 +166,58 @@ json::Value to_json(const std::vector<Row>& rows, const autotune::Environment& e
       {"wall_s", wall_s}};
 }
 
+// The second pass of --exhaustive: every op tuned again over all its candidates (no count limit, a
+// 30 s budget per op, a memory-only cache, graphs built afresh). The first pass's choice is found
+// among the candidates by engine id and knobs (cuDNN's heuristic choice, engine -1, is the
+// baseline, timed first) and compared with the fastest, both timed in this pass.
+void compare_with_all_candidates(const std::vector<Row>& first) {
+  autotune::Options all;
+  all.max_candidates = 1000;
+  all.max_tuning_ms = 30000;
+  autotune::set_options(all);
+  autotune::set_cache(std::make_shared<autotune::Cache>(""));
+  cuda::cudnn::clear_graph_cache();
+  std::vector<Row> second;
+  {
+    autotune::ModeGuard guard(autotune::Mode::benchmark);
+    std::printf("\n-- every candidate (second pass) --\n");
+    for (const auto& c : resnet) run_layer<bfloat16>(c, Layout::nhwc, second);
+    for (const auto& c : fmnist) run_layer<float>(c, Layout::nchw, second);
+  }
+  autotune::set_options({});
+  std::printf("\n%-18s %-24s %-5s %10s %10s %8s %6s\n", "model", "layer", "op", "chosen ms", "best ms", "ratio",
+              "timed");
+  int compared = 0, within = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
+    const auto& a = first[i].result;
+    const auto& b = second[i].result;
+    if (!a || !b || b->timed.empty()) continue;
+    const autotune::RunnerUp* chosen = nullptr;
+    if (a->choice.engine_id == autotune::heuristic_engine) chosen = &b->timed.front();
+    for (const auto& t : b->timed)
+      if (!chosen && t.engine_id == a->choice.engine_id && t.knobs == a->choice.knobs) chosen = &t;
+    const auto best = std::min_element(b->timed.begin(), b->timed.end(),
+                                       [](const auto& x, const auto& y) { return x.median_ms < y.median_ms; });
+    if (!chosen) {
+      std::printf("%-18s %-24s %-5s  chosen engine not among the second pass's candidates\n",
+                  first[i].model.c_str(), first[i].layer.c_str(), first[i].direction.c_str());
+      continue;
+    }
+    const double ratio = chosen->median_ms / best->median_ms;
+    ++compared;
+    within += ratio <= 1.03 ? 1 : 0;
+    worst = std::max(worst, ratio);
+    std::printf("%-18s %-24s %-5s %10.4f %10.4f %7.3fx %6zu\n", first[i].model.c_str(), first[i].layer.c_str(),
+                first[i].direction.c_str(), chosen->median_ms, best->median_ms, ratio, b->timed.size());
+  }
+  std::printf("\nthe chosen plan within 3%% of the fastest of all candidates on %d of %d ops (worst %.3fx)\n", within,
+              compared, worst);
+}
+
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr << "autotune_report: " << msg << "\n"
-            << "usage: autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic]\n";
+            << "usage: autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive]\n";
   std::exit(2);
 }
 
@@ -172,6 +226,7 @@ json::Value to_json(const std::vector<Row>& rows, const autotune::Environment& e
 int main(int argc, char** argv) try {
   std::string json_path, cache_path;
   autotune::Mode mode = autotune::Mode::benchmark;
+  bool exhaustive = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&]() -> std::string {
@@ -184,6 +239,8 @@ int main(int argc, char** argv) try {
       const auto m = autotune::parse_mode(value());
       if (!m) usage("--mode takes benchmark, cached or heuristic");
       mode = *m;
+    } else if (a == "--exhaustive") {
+      exhaustive = true;
     } else if (a == "--help" || a == "-h") usage("prints the autotuner's choices for ResNet-18 and the Fashion-MNIST CNN");
     else usage("unknown argument " + a);
   }
@@ -225,6 +282,8 @@ int main(int argc, char** argv) try {
     std::printf("; sum of op times %.4f ms chosen vs %.4f ms heuristic (%.3fx)", chosen_sum, heuristic_sum,
                 heuristic_sum / chosen_sum);
   std::printf("\n");
+
+  if (exhaustive) compare_with_all_candidates(rows);
 
   if (!json_path.empty()) {
     std::ofstream out(json_path);

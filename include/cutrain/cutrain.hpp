@@ -6,5 +6,6 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cuda_graph.hpp"
+#include "cutrain/cuda/kernels/copy.hpp"
 #include "cutrain/cuda/runtime.hpp"
 #endif

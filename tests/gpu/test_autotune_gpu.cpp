@@ -7,6 +7,7 @@
 // (relu and batch norm here), kept on disk and read back by a fresh graph cache. A warm start
 // that loads a run's plans, tuned ones included, on background threads for the next run.
 #include "parity.hpp"
+#include "scoped_env.hpp"
 #include "temp_dir.hpp"
 
 #include <unistd.h>
@@ -348,17 +349,7 @@ TEST_CASE("gpu autotune: benchmark tunes cuBLASLt matmul algorithms that match t
 TEST_CASE("gpu: plans cuDNN compiles at build are kept on disk, and a fresh graph cache reads them back") {
   Restore restore;
   TempDir dir("plan_files");
-  const char* old = std::getenv("CUTRAIN_KERNEL_CACHE");
-  const std::string saved = old ? old : "";
-  ::setenv("CUTRAIN_KERNEL_CACHE", dir.path().c_str(), 1);
-  struct PutBack {
-    std::string value;
-    bool had;
-    ~PutBack() {
-      if (had) ::setenv("CUTRAIN_KERNEL_CACHE", value.c_str(), 1);
-      else ::unsetenv("CUTRAIN_KERNEL_CACHE");
-    }
-  } put_back{saved, old != nullptr};
+  ScopedEnv cache_dir("CUTRAIN_KERNEL_CACHE", dir.path().string());
   autotune::ModeGuard mode(autotune::Mode::heuristic);
 
   // relu forward and backward and batch norm training forward and backward, bf16 NHWC, on a
@@ -418,18 +409,10 @@ TEST_CASE("gpu: plans cuDNN compiles at build are kept on disk, and a fresh grap
 TEST_CASE("gpu: a warm start loads the plans of an earlier run in the background, tuned plans included") {
   Restore restore;
   TempDir dir("warm_start");
-  const char* old = std::getenv("CUTRAIN_KERNEL_CACHE");
-  const std::string saved = old ? old : "";
-  ::setenv("CUTRAIN_KERNEL_CACHE", dir.path().c_str(), 1);
-  struct PutBack {
-    std::string value;
-    bool had;
-    ~PutBack() {
-      cuda::cudnn::detail::reset_warm_start();
-      if (had) ::setenv("CUTRAIN_KERNEL_CACHE", value.c_str(), 1);
-      else ::unsetenv("CUTRAIN_KERNEL_CACHE");
-    }
-  } put_back{saved, old != nullptr};
+  ScopedEnv cache_dir("CUTRAIN_KERNEL_CACHE", dir.path().string());
+  struct Forget {
+    ~Forget() { cuda::cudnn::detail::reset_warm_start(); }
+  } forget;
   autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
   autotune::ModeGuard mode(autotune::Mode::cached);
   cuda::cudnn::detail::reset_warm_start();  // none is active in this binary; be sure

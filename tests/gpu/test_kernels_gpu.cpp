@@ -1,8 +1,10 @@
 // The NVRTC kernels against the CPU backend in f64, in f32, bf16 and f16, NCHW, NHWC and 2-d:
 // add / multiply / scale and their backwards, casts (bit for bit), dropout (the CPU's exact mask),
 // softmax cross-entropy (loss and gradient), the conv bias gradient, and the SGD and AdamW steps
-// (against updates computed by hand in f64); then the module cache in memory and on disk.
+// (against updates computed by hand in f64); then the module cache in memory and on disk; and
+// Tensor::copy_from between layouts on one GPU (the strided-copy kernel), eager and captured.
 #include "parity.hpp"
+#include "scoped_env.hpp"
 
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "cutrain/cpu/conv2d.hpp"
+#include "cutrain/cuda/cuda_graph.hpp"
 #include "cutrain/cuda/kernels/bias_grad.hpp"
 #include "cutrain/cuda/kernels/cast.hpp"
 #include "cutrain/cuda/kernels/cross_entropy.hpp"
@@ -538,25 +541,6 @@ TEST_CASE("gpu SGD and AdamW steps match updates computed by hand in f64") {
 
 namespace {
 
-// Sets an environment variable for a scope and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // An elementwise program under a name (and text) no other test uses.
 kernels::Program unique_program(const std::string& what) {
   kernels::Program p = kernels::programs::elementwise("float");
@@ -644,4 +628,63 @@ TEST_CASE("gpu NVRTC modules: compiled once, then served from memory; the disk c
   cuda::synchronize();
   fs::remove_all(dir);
   std::printf("%-60s ok\n", "nvrtc module cache (memory, disk, refused and corrupt files)");
+}
+
+// The same values laid out by the device copy and by the CPU (the oracle: a host loop).
+template <class T>
+void check_layout_copies(const std::string& tag) {
+  Rng rng(seed_of(tag));
+  const Shape s{3, 5, 7, 9};
+  const auto host = cast<T>(Tensor<float>::uniform(s, rng, -100.0, 100.0));  // row-major
+  const auto dev = host.to(Device::cuda(0));
+  const auto same = [&](const std::string& what, const Tensor<T>& gpu, const Tensor<T>& cpu) {
+    INFO(tag << " " << what << ": " << gpu.describe() << " against " << cpu.describe());
+    REQUIRE(gpu.device().is_cuda());
+    CHECK(gpu.layout() == cpu.layout());
+    CHECK(gpu.to(Device::cpu()).to_vector() == cpu.to_vector());  // exact: a copy moves bits
+  };
+  const auto nhwc = dev.contiguous(Layout::nhwc);
+  same("nchw -> nhwc", nhwc, host.contiguous(Layout::nhwc));
+  same("nhwc -> nchw", nhwc.contiguous(Layout::nchw), host);
+  const auto slice = dev.slice(2, 1, 6);  // strided view
+  same("slice -> row-major", slice.clone(Layout::row_major), host.slice(2, 1, 6).clone(Layout::row_major));
+  same("nhwc slice -> nchw", nhwc.slice(1, 2, 4).contiguous(Layout::nchw), host.slice(1, 2, 4).contiguous(Layout::nchw));
+  // Into a strided destination: a column block of a wider tensor.
+  auto wide = Tensor<T>::zeros(Shape{3, 5, 7, 20}, {.device = Device::cuda(0)});
+  auto wide_host = Tensor<T>::zeros(Shape{3, 5, 7, 20});
+  wide.slice(3, 4, 13).copy_from(nhwc);
+  wide_host.slice(3, 4, 13).copy_from(host);
+  same("nhwc -> strided slice", wide, wide_host);
+  // Empty and rank-1 tensors.
+  Tensor<T> empty(Shape{0, 4}, {.device = Device::cuda(0)});
+  empty.copy_from(Tensor<T>(Shape{0, 4}, {.device = Device::cuda(0)}).slice(1, 0, 4));
+  const auto line = host.reshape(Shape{s.numel()});
+  same("rank 1 slice", line.to(Device::cuda(0)).slice(0, 7, 50).clone(), line.slice(0, 7, 50).clone());
+}
+
+TEST_CASE("gpu: layout changes and strided copies run on the device, bit for bit") {
+  check_layout_copies<float>("copy f32");
+  check_layout_copies<bfloat16>("copy bf16");
+  check_layout_copies<double>("copy f64");
+  check_layout_copies<std::int32_t>("copy i32");
+}
+
+TEST_CASE("gpu: a layout change can be captured in a CUDA graph (no host round trip)") {
+  Rng rng(404);
+  const Shape s{4, 6, 5, 3};
+  auto x = Tensor<float>::uniform(s, rng, -1.0, 1.0).to(Device::cuda(0));
+  Tensor<float> y(s, {.layout = Layout::nhwc, .device = Device::cuda(0)});
+  cuda::Stream stream;
+  cuda::StreamGuard on(stream.get());
+  y.copy_from(x);  // warm-up: the kernel is loaded before capture
+  cuda::CudaGraph graph;
+  graph.capture([&] { y.copy_from(x); });
+  CHECK(graph.nodes() == 1);
+  for (int round = 0; round < 2; ++round) {
+    const auto next = Tensor<float>::uniform(s, rng, -1.0, 1.0);
+    x.copy_from(next.to(Device::cuda(0)));
+    graph.replay();
+    stream.synchronize();
+    CHECK(y.to(Device::cpu()).to_vector() == next.contiguous(Layout::nhwc).to_vector());
+  }
 }

@@ -12,31 +12,14 @@
 
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/sources.hpp"
+#include "../scoped_env.hpp"
 
 using namespace cutrain;
 using namespace cutrain::cuda::kernels;
+using cutrain::test::ScopedEnv;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Sets an environment variable for a scope and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // A fresh empty directory under the system's temp directory.
 fs::path fresh_dir(const std::string& tag) {
@@ -82,13 +65,14 @@ TEST_CASE("every kernel program compiles with NVRTC for sm_90, without warnings"
 TEST_CASE("the kernel programs cover every dtype instantiation once") {
   const auto programs = all_programs();
   // elementwise, dropout, cross_entropy, bias_grad, optim, pool2d, batch_norm_inference and
-  // softmax per dtype, and a cast per dtype pair.
-  CHECK(programs.size() == 3 * 8 + 3 * 3);
+  // softmax per dtype, a cast per dtype pair, and the strided copy (by element size, not dtype).
+  CHECK(programs.size() == 1 + 3 * 8 + 3 * 3);
   std::set<std::string> names;
   for (const auto& p : programs) names.insert(p.name);
   CHECK(names.size() == programs.size());
   CHECK(names.count("cast_cutrain_bf16_cutrain_f16") == 1);
   CHECK(names.count("optim_cutrain_f16") == 1);
+  CHECK(names.count("copy") == 1);
   CHECK(device_type<float> == "float");
   CHECK(device_type<bfloat16> == "cutrain_bf16");
   CHECK(device_type<half> == "cutrain_f16");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -54,6 +55,22 @@ inline cudaStream_t& thread_stream() {
   return s;
 }
 
+// A copy between two views of one CUDA device's memory with any strides: rank <= 8, elements of
+// elem_bytes bytes, strides in elements. cuda/kernels/copy.hpp installs the kernel that does it
+// (every kernel header and cutrain.hpp include it); without it Tensor::copy_from goes through the
+// host.
+struct StridedCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  int rank = 0, elem_bytes = 0, device = 0;
+  std::int64_t shape[8] = {}, dst_strides[8] = {}, src_strides[8] = {};
+};
+using StridedCopyFn = void (*)(const StridedCopy&);
+inline StridedCopyFn& device_copy_hook() {
+  static StridedCopyFn f = nullptr;
+  return f;
+}
+
 // Non-null while this thread captures a CUDA graph: the tag of the graph's private memory pool
 // (cuda::CudaGraph sets it), under which the allocator files the blocks the captured work uses.
 inline cudaStream_t& capture_pool() {
@@ -61,7 +78,10 @@ inline cudaStream_t& capture_pool() {
   return pool;
 }
 
-// Set while an OutsideCapturePool pauses the capture pool (the stream is still being captured).
+// Set while an OutsideCapturePool pauses the capture pool (the stream is still being captured): the
+// allocator must still allocate in relaxed capture mode then. The stream's capture status would
+// not do: it is also on in a capture the user runs without CudaGraph, where no pool keeps the
+// graph's blocks alive and a cudaMalloc should fail as CUDA makes it.
 inline cudaStream_t& paused_capture_pool() {
   thread_local cudaStream_t pool = nullptr;
   return pool;

@@ -217,6 +217,24 @@ class Tensor {
       copy_bytes(data(), device(), src.data(), src.device(), static_cast<std::size_t>(numel()) * sizeof(T));
       return;
     }
+#ifdef CUTRAIN_WITH_CUDA
+    // Between two layouts of one GPU: a kernel on the current stream (overlapping views of one
+    // storage excepted: they go through the host, which reads all before it writes).
+    if (src.device() == device() && rank() <= 8 && storage_ != src.storage_) {
+      if (const auto copy = detail::device_copy_hook()) {
+        if (numel() == 0) return;
+        detail::StridedCopy c{.dst = data(), .src = src.data(), .rank = rank(), .elem_bytes = sizeof(T), .device = device().index};
+        for (int d = 0; d < rank(); ++d) {
+          const auto k = static_cast<std::size_t>(d);
+          c.shape[k] = shape_[d];
+          c.dst_strides[k] = strides_[k];
+          c.src_strides[k] = src.strides_[k];
+        }
+        copy(c);
+        return;
+      }
+    }
+#endif
     assign(src.to_vector());
   }
 

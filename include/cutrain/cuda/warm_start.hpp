@@ -61,7 +61,24 @@ inline void warm_worker(int device, bool cublas_first) {
     cutrain::detail::DeviceGuard on(device);
     Stream stream(device);
     StreamGuard guard(stream.get());
-    if (cublas_first) cublas::detail::warm_up(device);
+    if (cublas_first) {  // counted as busy, as a plan is: exit waits for it
+      {
+        std::lock_guard lock(w.mutex);
+        cublas_first = !w.stopping;
+        w.busy += cublas_first ? 1 : 0;
+      }
+      if (cublas_first) {
+        struct Done {
+          cudnn::detail::WarmList& w;
+          ~Done() {
+            std::lock_guard lock(w.mutex);
+            --w.busy;
+            w.ready.notify_all();
+          }
+        } done{w};
+        cublas::detail::warm_up(device);
+      }
+    }
     for (;;) {
       std::shared_ptr<cudnn::detail::WarmSlot> slot;
       {
@@ -74,8 +91,14 @@ inline void warm_worker(int device, bool cublas_first) {
         slot->state = cudnn::detail::WarmSlot::State::loading;
         ++w.busy;
       }
-      auto g = cudnn::detail::load_plan_file(device, slot->file_name, slot->graph_key);
-      const bool warmed = g && warm_run(*g, g->record->bytes, device, stream.get());
+      std::optional<cudnn::BuiltGraph> g;
+      bool warmed = false;
+      try {
+        g = cudnn::detail::load_plan_file(device, slot->file_name, slot->graph_key);
+        warmed = g && warm_run(*g, g->record->bytes, device, stream.get());
+      } catch (...) {  // the slot must still become ready: an op may be waiting for it
+        g.reset();
+      }
       std::lock_guard lock(w.mutex);
       w.loaded += g ? 1 : 0;
       w.warmed += warmed ? 1 : 0;

@@ -40,6 +40,7 @@ class AdamW : public Optimizer<T> {
     constexpr std::string_view op = "optim::AdamW::step";
 #ifdef CUTRAIN_WITH_CUDA
     std::vector<std::size_t> captured;
+    typename Optimizer<T>::CaptureCheck capturing_on;
 #endif
     for (std::size_t k = 0; k < this->params_.size(); ++k) {
       auto& p = this->params_[k];
@@ -47,7 +48,7 @@ class AdamW : public Optimizer<T> {
       auto [w, g] = this->prepare(op, p);
       State& s = state_[k];
 #ifdef CUTRAIN_WITH_CUDA
-      if (this->capturing_on(*w)) this->require_state(op, s.m.defined());
+      if (capturing_on(*w)) this->require_state(op, s.m.defined());
 #endif
       if (!s.m.defined()) {
         s.m = this->zeros_like(*w);
@@ -56,7 +57,7 @@ class AdamW : public Optimizer<T> {
       if (!w->device().is_cpu()) {
 #ifdef CUTRAIN_WITH_CUDA
         if constexpr (std::same_as<T, float>) {
-          const bool capture = this->capturing_on(*w);
+          const bool capture = capturing_on(*w);
           const float* hyper = capture ? this->hyper(k, w->device()) : nullptr;
           if (capture) captured.push_back(k);
           else ++s.step;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <concepts>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -101,7 +102,19 @@ class Optimizer {
   // a small device array, hyper(k) for parameter k, which a hook of the graph rewrites from the
   // host before each replay. The optimizer must outlive the graph and stay where it is.
   static constexpr std::size_t hyper_width = 4;
-  static bool capturing_on(const Tensor<T>& w) { return !w.device().is_cpu() && cuda::capturing(); }
+  // Whether a step runs under CUDA graph capture, asked of CUDA once per step (at its first GPU
+  // parameter), not per parameter: `CaptureCheck capturing_on;` at the top of step().
+  class CaptureCheck {
+   public:
+    bool operator()(const Tensor<T>& w) {
+      if (w.device().is_cpu()) return false;
+      if (!known_) known_ = cuda::capturing();
+      return *known_;
+    }
+
+   private:
+    std::optional<bool> known_;
+  };
   const float* hyper(std::size_t k, Device dev) {
     if (!hyper_dev_.defined()) {
       hyper_host_.assign(params_.size() * hyper_width, 0.0f);

@@ -41,6 +41,7 @@ class SGD : public Optimizer<T> {
     constexpr std::string_view op = "optim::SGD::step";
 #ifdef CUTRAIN_WITH_CUDA
     std::vector<std::size_t> captured;
+    typename Optimizer<T>::CaptureCheck capturing_on;
 #endif
     for (std::size_t k = 0; k < this->params_.size(); ++k) {
       auto& p = this->params_[k];
@@ -48,13 +49,13 @@ class SGD : public Optimizer<T> {
       auto [w, g] = this->prepare(op, p);
       const bool first = opts_.momentum != 0 && !buffers_[k].defined();
 #ifdef CUTRAIN_WITH_CUDA
-      if (first && this->capturing_on(*w)) this->require_state(op, false);
+      if (first && capturing_on(*w)) this->require_state(op, false);
 #endif
       if (first) buffers_[k] = this->zeros_like(*w);
       if (!w->device().is_cpu()) {
 #ifdef CUTRAIN_WITH_CUDA
         if constexpr (std::same_as<T, float>) {
-          const bool capture = this->capturing_on(*w);
+          const bool capture = capturing_on(*w);
           if (capture) captured.push_back(k);
           cuda::kernels::sgd_step(*w, g, buffers_[k],
                                   {.lr = this->lr_, .momentum = opts_.momentum, .dampening = opts_.dampening,

@@ -89,6 +89,9 @@ struct Result {
   Key key;
   Choice choice;
   bool from_cache = false;
+  // Every candidate timed (its engine id, knobs and median), the heuristics' baseline first;
+  // empty for a cache hit. For reports (autotune_report --exhaustive).
+  std::vector<RunnerUp> timed{};
 };
 
 namespace detail {
@@ -614,7 +617,9 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   } catch (const cutrain::Error& e) {
     warn(cat(r.op, ": the choice was not stored (", e.what(), ")"));
   }
-  last() = Result{r.key, std::move(c), false};
+  std::vector<RunnerUp> all;
+  for (const auto& t : timed) all.push_back(RunnerUp{t.engine_id, t.knobs, t.median_ms});
+  last() = Result{r.key, std::move(c), false, std::move(all)};
   return std::pair{best.index, best.workspace};
 }
 

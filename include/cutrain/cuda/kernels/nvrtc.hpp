@@ -471,11 +471,14 @@ inline CUfunction function(int device, const Program& p, std::string_view kernel
 }
 
 // Launches a kernel on cuda::current_stream(). The arguments go in the kernel's parameter order
-// and each must have the parameter's exact type (pointers, int, long long, float, double).
+// and each must have the parameter's exact type (pointers, int, long long, float, double, or a
+// struct with the kernel's layout, passed by value).
 template <class... Args>
 void launch(CUfunction f, dim3 grid, dim3 block, std::string_view op, const Args&... args) {
-  static_assert(((std::is_pointer_v<Args> || (std::is_arithmetic_v<Args> && sizeof(Args) >= 4)) && ...),
-                "kernel arguments are pointers or 4- and 8-byte numbers");
+  static_assert(((std::is_pointer_v<Args> || (std::is_arithmetic_v<Args> && sizeof(Args) >= 4) ||
+                  (std::is_class_v<Args> && std::is_trivially_copyable_v<Args>)) &&
+                 ...),
+                "kernel arguments are pointers, 4- and 8-byte numbers, or plain structs laid out as the kernel's");
   void* params[] = {const_cast<void*>(static_cast<const void*>(&args))...};
   detail::driver_check(detail::driver().launch_kernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, 0,
                                                      current_stream(), params, nullptr),
@@ -492,7 +495,7 @@ inline unsigned grid_for(std::int64_t n, unsigned threads = 256) {
 
 namespace detail {
 // t contiguous in layout l (row_major, nchw or nhwc): a view when it already is, else a copy on
-// t's device (through the host today, see Tensor::contiguous).
+// t's device (a kernel, cuda/kernels/copy.hpp).
 template <class T>
 Tensor<T> staged(const Tensor<T>& t, Layout l) {
   return t.layout() == l ? t.view() : t.contiguous(l);
@@ -518,3 +521,8 @@ void require_output(std::string_view op, const Tensor<T>& t, const Shape& shape,
 #endif  // CUTRAIN_WITH_CUDA
 
 }  // namespace cutrain::cuda::kernels
+
+// Installs the device path of Tensor::copy_from wherever a kernel header is included.
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/kernels/copy.hpp"
+#endif

@@ -982,6 +982,41 @@ extern "C" __global__ void cutrain_log_softmax_backward(const T* y, const T* dy,
 )cuda";
 // ==== end of softmax block ====
 
+// Strided copy (cuda/kernels/copy.hpp): element i of the logical row-major order goes from
+// src + sum(c_d * src_d) to dst + sum(c_d * dst_d), c its multi-index; one kernel per element size.
+inline constexpr std::string_view copy = R"cuda(
+struct cutrain_copy_args {
+  long long shape[8], dst[8], src[8];
+  int rank;
+};
+template <typename E>
+__device__ void strided_copy(E* dst, const E* src, long long n, const cutrain_copy_args& a) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    long long rest = i, od = 0, os = 0;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      const long long c = rest % a.shape[d];
+      rest /= a.shape[d];
+      od += c * a.dst[d];
+      os += c * a.src[d];
+    }
+    dst[od] = src[os];
+  }
+}
+extern "C" __global__ void cutrain_copy_1(unsigned char* dst, const unsigned char* src, long long n, cutrain_copy_args a) {
+  strided_copy(dst, src, n, a);
+}
+extern "C" __global__ void cutrain_copy_2(unsigned short* dst, const unsigned short* src, long long n, cutrain_copy_args a) {
+  strided_copy(dst, src, n, a);
+}
+extern "C" __global__ void cutrain_copy_4(unsigned int* dst, const unsigned int* src, long long n, cutrain_copy_args a) {
+  strided_copy(dst, src, n, a);
+}
+extern "C" __global__ void cutrain_copy_8(unsigned long long* dst, const unsigned long long* src, long long n,
+                                          cutrain_copy_args a) {
+  strided_copy(dst, src, n, a);
+}
+)cuda";
+
 }  // namespace source
 
 // The full text of one instantiation: prelude, typedefs, body.
@@ -1042,6 +1077,9 @@ inline Program batch_norm_inference(std::string_view t) {
                       {"cutrain_batch_norm_inference_rows", "cutrain_batch_norm_inference_rows_vec",
                        "cutrain_batch_norm_inference_planes", "cutrain_batch_norm_inference_planes_vec"});
 }
+inline Program copy() {
+  return make_program("copy", source::copy, {}, {"cutrain_copy_1", "cutrain_copy_2", "cutrain_copy_4", "cutrain_copy_8"});
+}
 // ==== softmax (softmax helper's block) ====
 inline Program softmax(std::string_view t) {
   return make_program("softmax", source::softmax, {{"T", t}},
@@ -1053,7 +1091,7 @@ inline Program softmax(std::string_view t) {
 
 // Every instantiation the CUDA backend can load: what the NVRTC compile test builds.
 inline std::vector<Program> all_programs() {
-  std::vector<Program> all;
+  std::vector<Program> all{programs::copy()};
   for (std::string_view t : device_types) {
     all.push_back(programs::elementwise(t));
     all.push_back(programs::dropout(t));

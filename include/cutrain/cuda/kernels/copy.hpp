@@ -1,0 +1,54 @@
+// Strided copies on the GPU (NVRTC kernel): Tensor::copy_from between two layouts of one device
+// (NCHW to NHWC, a slice into a contiguous tensor, a strided view made contiguous) runs here,
+// on the current stream, instead of through the host. Including this header installs it as
+// Tensor::copy_from's device path (cutrain::detail::device_copy_hook); nvrtc.hpp, and so every
+// kernel header, and cutrain.hpp include it.
+#pragma once
+
+#ifndef CUTRAIN_WITH_CUDA
+#error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
+#endif
+
+#include "cutrain/cuda/kernels/nvrtc.hpp"
+
+namespace cutrain::cuda::kernels {
+
+namespace detail {
+// The kernel's cutrain_copy_args, field for field.
+struct CopyArgs {
+  long long shape[8], dst[8], src[8];
+  int rank;
+};
+
+inline const Program& copy_program() {
+  static const Program p = programs::copy();
+  return p;
+}
+
+inline void strided_copy(const cutrain::detail::StridedCopy& c) {
+  constexpr std::string_view op = "Tensor::copy_from";
+  CUTRAIN_REQUIRE(c.rank >= 0 && c.rank <= 8, InvalidArgument, op, "a device copy takes rank 0 to 8, got ", c.rank);
+  const char* kernel = c.elem_bytes == 1   ? "cutrain_copy_1"
+                       : c.elem_bytes == 2 ? "cutrain_copy_2"
+                       : c.elem_bytes == 4 ? "cutrain_copy_4"
+                       : c.elem_bytes == 8 ? "cutrain_copy_8"
+                                           : nullptr;
+  CUTRAIN_REQUIRE(kernel, NotImplemented, op, "no device copy for ", c.elem_bytes, "-byte elements");
+  CopyArgs a{};
+  a.rank = c.rank;
+  long long n = 1;
+  for (int d = 0; d < c.rank; ++d) {
+    a.shape[d] = c.shape[d];
+    a.dst[d] = c.dst_strides[d];
+    a.src[d] = c.src_strides[d];
+    n *= c.shape[d];
+  }
+  if (n == 0) return;
+  DeviceScope scope(c.device);
+  launch(function(c.device, copy_program(), kernel), grid_for(n), 256, op, c.dst, c.src, n, a);
+}
+
+inline const bool strided_copy_installed = (cutrain::detail::device_copy_hook() = &strided_copy, true);
+}  // namespace detail
+
+}  // namespace cutrain::cuda::kernels
