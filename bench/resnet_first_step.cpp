@@ -5,6 +5,7 @@
 // loaded), of the tenth, and the median of steps 10-29, each step synchronized.
 //
 //   resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE] [--warm-start on|off]
+//                     [--warm-threads N]
 //
 // Run it with --mode heuristic (no tuning), then twice with --mode cached on a fresh --cache
 // file: the first of those tunes every graph of the step (its first step minus the heuristic
@@ -34,14 +35,17 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string mode = "heuristic", cache_path, warm = "on";
+  int warm_threads = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--mode" && i + 1 < argc) mode = argv[++i];
     else if (a == "--cache" && i + 1 < argc) cache_path = argv[++i];
+    else if (a == "--warm-threads" && i + 1 < argc) warm_threads = std::atoi(argv[++i]);
     else if (a == "--warm-start" && i + 1 < argc && (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off"))
       warm = argv[++i];
     else {
-      std::cerr << "usage: resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE] [--warm-start on|off]\n";
+      std::cerr << "usage: resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE] [--warm-start on|off] "
+                   "[--warm-threads N]\n";
       return 2;
     }
   }
@@ -59,7 +63,7 @@ int main(int argc, char** argv) {
     autotune::set_mode(*m);
     if (!cache_path.empty()) autotune::set_cache(std::make_shared<autotune::Cache>(cache_path));
     // One list per mode: a heuristic run and a tuned run use different plans.
-    const std::size_t queued = warm == "on" ? cuda::warm_start("resnet_first_step-" + mode) : 0;
+    const std::size_t queued = warm == "on" ? cuda::warm_start("resnet_first_step-" + mode, 0, warm_threads) : 0;
     const Device dev = Device::cuda(0);
     cuda::Stream stream;
     cuda::StreamGuard on(stream.get());
@@ -104,8 +108,10 @@ int main(int argc, char** argv) {
     const auto& bs = cuda::cudnn::build_stats();
     const auto& ks = cuda::kernels::stats();
     const auto ws = cuda::warm_start_stats();
-    std::printf("warm start %s: %zu plans listed, %lld loaded by its threads (%lld also run once)\n", warm.c_str(),
-                queued, static_cast<long long>(ws.loaded), static_cast<long long>(ws.warmed));
+    std::printf("warm start %s: %zu plans listed, %lld loaded by its %d threads (%lld also run once), the last ready "
+                "%.1f ms after the start; thread time: reading %.1f ms, running %.1f ms, cuBLASLt %.1f ms\n",
+                warm.c_str(), queued, static_cast<long long>(ws.loaded), ws.threads, static_cast<long long>(ws.warmed),
+                ws.last_ready_ms, ws.load_ms, ws.run_ms, ws.cublas_ms);
     std::printf("cuDNN graphs built %lld (%lld read from plan files, %lld of those by the warm start) in %.1f ms; NVRTC "
                 "modules loaded %llu (%llu compiled) in %.1f ms\n",
                 static_cast<long long>(bs.graphs.load()), static_cast<long long>(bs.from_files.load()),

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -24,6 +25,20 @@
 namespace cutrain::cuda {
 
 namespace detail {
+// Where the threads' time went (microseconds), for warm_start_stats().
+struct WarmTiming {
+  std::chrono::steady_clock::time_point start{};
+  std::atomic<std::int64_t> load_us{0}, run_us{0}, cublas_us{0}, last_done_us{0};
+  int threads = 0;
+};
+inline WarmTiming& warm_timing() {
+  static WarmTiming* t = new WarmTiming;  // never destroyed, as the threads
+  return *t;
+}
+inline std::int64_t micros_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Runs a loaded plan once on zeroed scratch buffers on stream s (stream-ordered allocations: no
 // device-wide synchronization), which loads its kernels. False when anything fails.
 inline bool warm_run(cudnn::BuiltGraph& bg, const std::vector<std::int64_t>& bytes, int device, cudaStream_t s) {
@@ -76,7 +91,9 @@ inline void warm_worker(int device, bool cublas_first) {
             w.ready.notify_all();
           }
         } done{w};
+        const auto t0 = std::chrono::steady_clock::now();
         cublas::detail::warm_up(device);
+        warm_timing().cublas_us += micros_since(t0);
       }
     }
     for (;;) {
@@ -94,8 +111,12 @@ inline void warm_worker(int device, bool cublas_first) {
       std::optional<cudnn::BuiltGraph> g;
       bool warmed = false;
       try {
+        const auto t0 = std::chrono::steady_clock::now();
         g = cudnn::detail::load_plan_file(device, slot->file_name, slot->graph_key);
+        const auto t1 = std::chrono::steady_clock::now();
         warmed = g && warm_run(*g, g->record->bytes, device, stream.get());
+        warm_timing().load_us += std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count();
+        warm_timing().run_us += micros_since(t1);
       } catch (...) {  // the slot must still become ready: an op may be waiting for it
         g.reset();
       }
@@ -104,6 +125,7 @@ inline void warm_worker(int device, bool cublas_first) {
       w.warmed += warmed ? 1 : 0;
       slot->graph = std::move(g);
       slot->state = cudnn::detail::WarmSlot::State::ready;
+      warm_timing().last_done_us = micros_since(warm_timing().start);
       --w.busy;
       w.ready.notify_all();
     }
@@ -120,8 +142,9 @@ inline void warm_worker(int device, bool cublas_first) {
 // plans this process uses are added to the list. Returns how many plans it queued (0 on the first
 // run, or with no kernel cache directory, or with CUTRAIN_PLAN_CACHE=0). Call it once, before the
 // first op, and before ops run on other threads; a second call with the same name returns 0, with
-// another name it throws.
-inline std::size_t warm_start(const std::string& name, int device = 0) {
+// another name it throws. threads: how many load plans (0: one per two plans, at most 8 and at
+// most half the cores).
+inline std::size_t warm_start(const std::string& name, int device = 0, int threads = 0) {
   constexpr std::string_view op = "cuda::warm_start";
   CUTRAIN_REQUIRE(!name.empty() && name.size() <= 100 &&
                       std::all_of(name.begin(), name.end(),
@@ -132,6 +155,7 @@ inline std::size_t warm_start(const std::string& name, int device = 0) {
                   InvalidArgument, op, "name \"", name, "\" must be 1-100 letters, digits, '.', '-' or '_'");
   CUTRAIN_REQUIRE(device >= 0 && device < device_count(), InvalidArgument, op, "device ", device, " is not one of the ",
                   device_count(), " CUDA devices");
+  CUTRAIN_REQUIRE(threads >= 0 && threads <= 64, InvalidArgument, op, "threads ", threads, " must be 0 (automatic) to 64");
   auto& w = cudnn::detail::warm_list();
   const auto dir = cudnn::detail::plan_dir();
   const auto path = dir.empty() ? dir : dir / ("warm-" + name + ".list");
@@ -179,19 +203,28 @@ inline std::size_t warm_start(const std::string& name, int device = 0) {
   // Plan loads are host work (deserializing, loading modules): a thread per two plans, up to half
   // the cores (at most 8); the first thread warms cuBLASLt up first.
   const unsigned cores = std::max(2u, std::thread::hardware_concurrency());
-  const std::size_t threads = std::clamp<std::size_t>(queued / 2, 1, std::min(8u, cores / 2));
-  for (std::size_t t = 0; t < threads; ++t) std::thread(detail::warm_worker, device, t == 0).detach();
+  const std::size_t n = threads > 0 ? static_cast<std::size_t>(threads)
+                                    : std::clamp<std::size_t>(queued / 2, 1, std::min(8u, cores / 2));
+  detail::warm_timing().start = std::chrono::steady_clock::now();
+  detail::warm_timing().threads = static_cast<int>(n);
+  for (std::size_t t = 0; t < n; ++t) std::thread(detail::warm_worker, device, t == 0).detach();
   return queued;
 }
 
-// What the warm start's threads did so far: plans loaded, and of those run once (kernels loaded).
+// What the warm start's threads did so far: plans loaded, and of those run once (kernels loaded);
+// the threads, the time they spent reading plans, running them and warming cuBLASLt up (summed
+// over threads), and when the last plan was ready (ms after warm_start).
 struct WarmStartStats {
   std::int64_t queued = 0, loaded = 0, warmed = 0;
+  int threads = 0;
+  double load_ms = 0, run_ms = 0, cublas_ms = 0, last_ready_ms = 0;
 };
 inline WarmStartStats warm_start_stats() {
   auto& w = cudnn::detail::warm_list();
+  const auto& t = detail::warm_timing();
   std::lock_guard lock(w.mutex);
-  return {w.queued, w.loaded, w.warmed};
+  return {w.queued, w.loaded, w.warmed, t.threads, t.load_us.load() / 1e3, t.run_us.load() / 1e3,
+          t.cublas_us.load() / 1e3, t.last_done_us.load() / 1e3};
 }
 
 }  // namespace cutrain::cuda
