@@ -11,7 +11,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -25,16 +24,6 @@
 namespace cutrain::cuda {
 
 namespace detail {
-// Where the threads' time went (microseconds), for warm_start_stats().
-struct WarmTiming {
-  std::chrono::steady_clock::time_point start{};
-  std::atomic<std::int64_t> load_us{0}, run_us{0}, cublas_us{0}, last_done_us{0};
-  int threads = 0;
-};
-inline WarmTiming& warm_timing() {
-  static WarmTiming* t = new WarmTiming;  // never destroyed, as the threads
-  return *t;
-}
 inline std::int64_t micros_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -85,15 +74,15 @@ inline void warm_worker(int device, bool cublas_first) {
       if (cublas_first) {
         struct Done {
           cudnn::detail::WarmList& w;
+          std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
           ~Done() {
             std::lock_guard lock(w.mutex);
+            w.cublas_us += micros_since(t0);
             --w.busy;
             w.ready.notify_all();
           }
         } done{w};
-        const auto t0 = std::chrono::steady_clock::now();
         cublas::detail::warm_up(device);
-        warm_timing().cublas_us += micros_since(t0);
       }
     }
     for (;;) {
@@ -110,22 +99,25 @@ inline void warm_worker(int device, bool cublas_first) {
       }
       std::optional<cudnn::BuiltGraph> g;
       bool warmed = false;
+      std::int64_t load_us = 0, run_us = 0;
       try {
         const auto t0 = std::chrono::steady_clock::now();
         g = cudnn::detail::load_plan_file(device, slot->file_name, slot->graph_key);
+        load_us = micros_since(t0);
         const auto t1 = std::chrono::steady_clock::now();
         warmed = g && warm_run(*g, g->record->bytes, device, stream.get());
-        warm_timing().load_us += std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count();
-        warm_timing().run_us += micros_since(t1);
+        run_us = micros_since(t1);
       } catch (...) {  // the slot must still become ready: an op may be waiting for it
         g.reset();
       }
       std::lock_guard lock(w.mutex);
       w.loaded += g ? 1 : 0;
       w.warmed += warmed ? 1 : 0;
+      w.load_us += load_us;
+      w.run_us += run_us;
+      w.last_ready_us = micros_since(w.started);
       slot->graph = std::move(g);
       slot->state = cudnn::detail::WarmSlot::State::ready;
-      warm_timing().last_done_us = micros_since(warm_timing().start);
       --w.busy;
       w.ready.notify_all();
     }
@@ -166,7 +158,6 @@ inline std::size_t warm_start(const std::string& name, int device = 0, int threa
     return 0;
   }
   if (dir.empty() || !cudnn::detail::plan_files_enabled()) return 0;
-  w.device = device;
   w.path = path;
   if (const auto text = kernels::detail::read_cache_file(path)) {
     const std::string_view all(text->data(), text->size());
@@ -205,8 +196,8 @@ inline std::size_t warm_start(const std::string& name, int device = 0, int threa
   const unsigned cores = std::max(2u, std::thread::hardware_concurrency());
   const std::size_t n = threads > 0 ? static_cast<std::size_t>(threads)
                                     : std::clamp<std::size_t>(queued / 2, 1, std::min(8u, cores / 2));
-  detail::warm_timing().start = std::chrono::steady_clock::now();
-  detail::warm_timing().threads = static_cast<int>(n);
+  w.started = std::chrono::steady_clock::now();
+  w.threads = static_cast<int>(n);
   for (std::size_t t = 0; t < n; ++t) std::thread(detail::warm_worker, device, t == 0).detach();
   return queued;
 }
@@ -221,10 +212,9 @@ struct WarmStartStats {
 };
 inline WarmStartStats warm_start_stats() {
   auto& w = cudnn::detail::warm_list();
-  const auto& t = detail::warm_timing();
   std::lock_guard lock(w.mutex);
-  return {w.queued, w.loaded, w.warmed, t.threads, t.load_us.load() / 1e3, t.run_us.load() / 1e3,
-          t.cublas_us.load() / 1e3, t.last_done_us.load() / 1e3};
+  return {w.queued, w.loaded, w.warmed, w.threads, w.load_us / 1e3, w.run_us / 1e3, w.cublas_us / 1e3,
+          w.last_ready_us / 1e3};
 }
 
 }  // namespace cutrain::cuda

@@ -664,6 +664,7 @@ class PlanScope {
     std::optional<std::pair<std::int64_t, std::int64_t>> chosen;
     try {
       chosen = detail::tune(g, tensors, req_);
+      if (chosen) result_ = detail::last();  // tune() sets it with its choice
     } catch (const cutrain::Error& e) {  // out of memory for the scratch tensors, say
       detail::warn(cutrain::detail::cat(req_.op, ": tuning failed (", e.what(), "); keeping cuDNN's heuristic choice"));
     }
@@ -673,7 +674,6 @@ class PlanScope {
       if (g.get_workspace_size_plan_at_index(req_.baseline, ws).is_good()) chosen = std::pair{req_.baseline, ws};
     }
     if (chosen) std::tie(plan_index, workspace_bytes) = *chosen;
-    if (chosen && detail::last() && detail::last()->key.text() == req_.key.text()) result_ = detail::last();
   }
 
   // The tuned or cached choice finish() set, with its key; nothing when the heuristics planned.

@@ -5,11 +5,6 @@
 #include <cudnn_frontend.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <optional>
-#include <string_view>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -20,7 +15,6 @@
 #include "cutrain/cuda/autotune/tuner.hpp"
 #include "cutrain/cuda/cudnn/plan_files.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
-#include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
 // Turns a cudnn-frontend error_t into a CudnnError naming the op and what was being done.
@@ -157,14 +151,7 @@ BuiltGraph& cached_graph(int device, const std::string& key, Make&& make) {
                  tuned && detail::plan_files_enabled() && detail::warm_list().active.load()) {
         // A tuned plan goes to a file only for a warm start: building one from its cache entry
         // (about 0.5 ms) is quicker than reading it back, except on a background thread.
-        auto r = std::make_shared<PlanRecord>(PlanRecord{.graph_key = full,
-                                                         .tuned_op = tuned->key.op,
-                                                         .tuned_signature = tuned->key.signature,
-                                                         .tuned_choice = detail::choice_text(tuned->choice)});
-        r->file_key = detail::plan_file_key(device, key, r->tuned_choice);
-        std::error_code ec;
-        r->on_disk = std::filesystem::is_regular_file(detail::plan_dir() / detail::plan_file_name(r->file_key), ec);
-        bg.record = std::move(r);
+        bg.record = detail::tuned_record(device, key, full, *tuned);
       }
     }
     return done(std::move(bg));

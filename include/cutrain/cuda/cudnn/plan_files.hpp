@@ -5,6 +5,7 @@
 #include <cudnn_frontend.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -214,6 +215,20 @@ inline bool plan_fits_now(const PlanRecord& r, int device, const std::string& ke
   const auto hit = c->find(autotune::Key::make(r.tuned_op, r.tuned_signature, "cudnn", env));
   return hit && choice_text(*hit) == r.tuned_choice;
 }
+
+// The record of a tuned plan of `key` (cached_graph's "device|key" is graph_key): its file is keyed
+// by the choice, and may be there already from an earlier run.
+inline std::shared_ptr<PlanRecord> tuned_record(int device, const std::string& key, const std::string& graph_key,
+                                                const autotune::Result& tuned) {
+  auto r = std::make_shared<PlanRecord>(PlanRecord{.graph_key = graph_key,
+                                                   .tuned_op = tuned.key.op,
+                                                   .tuned_signature = tuned.key.signature,
+                                                   .tuned_choice = choice_text(tuned.choice)});
+  r->file_key = plan_file_key(device, key, r->tuned_choice);
+  std::error_code ec;
+  r->on_disk = std::filesystem::is_regular_file(plan_dir() / plan_file_name(r->file_key), ec);
+  return r;
+}
 }  // namespace detail
 
 // ---- Warm start --------------------------------------------------------------------------------
@@ -233,13 +248,18 @@ struct WarmList {
   std::mutex mutex;
   std::condition_variable ready;
   std::atomic<bool> active{false};
-  int device = 0;
   std::filesystem::path path;
   std::vector<std::string> lines;            // "file name\tgraph key", as in the file
   std::unordered_set<std::string> listed;    // the file names in lines
   std::unordered_map<std::string, std::shared_ptr<WarmSlot>> slots;  // not yet taken, by graph key
   std::deque<std::shared_ptr<WarmSlot>> queue;                       // what the threads load, in order
-  std::int64_t queued = 0, loaded = 0, warmed = 0;  // by the threads; warmed: also run once
+  // What the threads did (cuda::warm_start_stats): plans queued, loaded, and of those run once;
+  // how many threads, when they started, the microseconds they spent (summed) reading plans,
+  // running them and warming cuBLASLt up, and when the last plan was ready.
+  std::int64_t queued = 0, loaded = 0, warmed = 0;
+  int threads = 0;
+  std::chrono::steady_clock::time_point started{};
+  std::int64_t load_us = 0, run_us = 0, cublas_us = 0, last_ready_us = 0;
   int busy = 0;                              // threads loading a plan now
   bool stopping = false;                     // the process is exiting: take no more plans
 };
@@ -278,7 +298,8 @@ inline void reset_warm_start() {
   w.lines.clear();
   w.listed.clear();
   w.slots.clear();
-  w.queued = w.loaded = w.warmed = 0;
+  w.queued = w.loaded = w.warmed = w.load_us = w.run_us = w.cublas_us = w.last_ready_us = 0;
+  w.threads = 0;
 }
 
 // The plan the warm start loaded for graph_key ("device|key"), if it loaded one and it fits now.
