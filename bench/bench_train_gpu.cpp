@@ -163,6 +163,20 @@ void tiny_scale(benchmark::State& state) {
   host_overhead(state, [&] { benchmark::DoNotOptimize(ops::scale(t.x, 0.5)); });
 }
 
+// The floor under any op that launches a kernel: the driver's cuLaunchKernel alone, of the NVRTC
+// scale kernel looked up beforehand, with the same tiny tensors.
+void launch_floor(benchmark::State& state) {
+  TinyRelu t;
+  namespace k = cuda::kernels;
+  k::DeviceScope scope(0);
+  const CUfunction f = k::function(0, k::detail::elementwise_program<float>(), "cutrain_scale");
+  const long long n = t.x.numel();
+  const float alpha = 0.5f;
+  const void* xp = t.x.data();
+  void* yp = t.y.data();
+  host_overhead(state, [&] { k::launch(f, k::grid_for(n), 256, "bench", xp, alpha, yp, n); });
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(train_step, fmnet_b128_fp32_eager, 128, false)->Name("train/fmnet_b128_fp32_eager")
@@ -191,3 +205,4 @@ BENCHMARK(tiny_relu_key)->Name("host/tiny_relu_key")->Iterations(30)->UseManualT
 BENCHMARK(tiny_relu_lookup)->Name("host/tiny_relu_lookup")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(tiny_relu_execute)->Name("host/tiny_relu_execute")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(tiny_scale)->Name("host/tiny_scale")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(launch_floor)->Name("host/launch_floor")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -4,6 +4,7 @@
 // backward; batch norm (training, inference, backward) and layer norm (forward, backward) with
 // f32 parameters and statistics. One translation unit, since each one that includes cudnn-frontend costs a minute.
 #include "parity.hpp"
+#include "scoped_env.hpp"
 
 #include "cutrain/cuda/cudnn/conv.hpp"
 #include "cutrain/ops/activation.hpp"
@@ -209,6 +210,56 @@ TEST_CASE("gpu activations forward and backward match the CPU backend") {
     run_activations<cutrain::half>(l);
   }
   require_all_supported();
+}
+
+// execute keeps a graph's variant packs of recent pointer sets (cuda/cudnn/variant_packs.hpp):
+// a repeated set runs through its kept pack, which must read whatever the buffers hold now. Six
+// sets in turn (more than a graph keeps), then one set over and over with fresh contents; every
+// output is checked. A conv with bias and ReLU and a SiLU graph, bf16 NHWC (the combination the
+// fused graph has engines for).
+TEST_CASE("gpu ops run through kept variant packs with repeated and new pointer sets") {
+  Rng rng(41);
+  const Case& c = cases[0];  // resnet_3x3_64
+  const ActivationParams relu{.kind = Activation::relu}, silu{.kind = Activation::silu};
+  struct Set {
+    Tensor<bfloat16> x, y, z;
+    Tensor<double> xr;
+  };
+  std::vector<Set> sets;
+  for (int i = 0; i < 6; ++i) {
+    auto [x, xr] = random_pair<bfloat16>(c.x, rng, Layout::nhwc);
+    sets.push_back({std::move(x), poisoned<bfloat16>(conv2d_output_shape(c.x, c.w, c.p), Layout::nhwc),
+                    poisoned<bfloat16>(c.x, Layout::nhwc), std::move(xr)});
+  }
+  auto [w, wr] = random_pair<bfloat16>(c.w, rng, Layout::nhwc);
+  auto [b, br] = random_pair<bfloat16>({c.w[0]}, rng, Layout::nhwc);
+  // No plan files: a graph read from one would reach the kept packs a call earlier.
+  ScopedEnv no_plan_files("CUTRAIN_PLAN_CACHE", "0");
+  cuda::cudnn::clear_graph_cache();  // the graphs' first two calls go through the frontend
+  const auto before = cuda::cudnn::variant_pack_stats();
+  int calls = 0;
+  const auto run = [&](Set& s, const std::string& tag) {
+    s.y.fill(bfloat16(std::nanf("")));
+    s.z.fill(bfloat16(std::nanf("")));
+    cuda::cudnn::conv2d_forward(s.x, w, b, c.p, s.y, relu);
+    cuda::cudnn::activation_forward(s.x, silu, s.z);
+    ++calls;
+    check_close(tag + " conv+bias+relu", s.y, ops::conv2d_bias_activation_forward(s.xr, wr, br, relu, c.p));
+    check_close(tag + " silu", s.z, ops::activation_forward(s.xr, silu));
+  };
+  for (int round = 0; round < 3; ++round)
+    for (int i = 0; i < 6; ++i) run(sets[static_cast<std::size_t>(i)], cutrain::detail::cat("round ", round, " set ", i));
+  for (int r = 0; r < 5; ++r) {
+    auto [x, xr] = random_pair<bfloat16>(c.x, rng, Layout::nhwc);
+    sets[0].x.copy_from(x);
+    sets[0].xr = std::move(xr);
+    run(sets[0], cutrain::detail::cat("repeat ", r));
+  }
+  const auto after = cuda::cudnn::variant_pack_stats();
+  const std::int64_t runs = after.runs - before.runs, made = after.made - before.made;
+  INFO(runs << " runs through kept packs, " << made << " packs made, over " << calls << " calls of 2 graphs");
+  CHECK(runs == 2 * (calls - 2));  // every call of each graph but its first two
+  CHECK(runs - made >= 2 * 4);     // the repeated set ran from its kept pack
 }
 
 TEST_CASE("gpu conv + bias + activation fused in one graph matches the CPU backend") {

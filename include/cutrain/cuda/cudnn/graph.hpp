@@ -176,9 +176,10 @@ bool graph_supported(int device, const std::string& key, Make&& make) {
 }
 
 // Runs a built graph with the device pointers of its tensors, in the order of bg.tensors. The
-// pointers go to cudnn-frontend as an array in its variant pack's order (no maps on this path:
-// it runs on every op call); the first call, which may have to prepare that order, goes through
-// the frontend's map interface.
+// first call goes through the frontend's map interface, which prepares the variant pack's order;
+// the second passes the pointers to the frontend as an array in that order (no maps: this runs on
+// every op call); later calls go through the graph's kept variant packs (see
+// cudnn/variant_packs.hpp) straight to cuDNN.
 inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void*> ptrs, std::string_view op,
                     const std::string& key) {
   const std::size_t n = bg.tensors.size();
@@ -190,11 +191,19 @@ inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void
     void* sorted[max_fast];
     const void* const* p = ptrs.begin();
     for (std::size_t i = 0; i < n; ++i) sorted[i] = const_cast<void*>(p[bg.sorted[i]]);
+    if (bg.packs) {
+      bg.packs->execute(handle, sorted, n, ws, op, key);
+      return;
+    }
     const int count = static_cast<int>(n);
     if (bg.plan_index >= 0)
       CUTRAIN_FE_CHECK(bg.graph->execute_plan_at_index(handle, sorted, count, ws, bg.plan_index), op, key + ": execute");
     else
       CUTRAIN_FE_CHECK(bg.graph->execute(handle, sorted, count, ws), op, key + ": execute");
+    if (!bg.packs_tried) {  // the frontend has prepared the graph's variant-pack template now
+      bg.packs_tried = true;
+      bg.packs = VariantPacks::make(*bg.graph, bg.plan_index);
+    }
     return;
   }
   std::unordered_map<TensorAttr, void*> pack;

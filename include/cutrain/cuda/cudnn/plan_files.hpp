@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/cuda/cudnn/variant_packs.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
@@ -51,6 +52,10 @@ struct BuiltGraph {
   // For execute's fast path: the index in `tensors` of each pointer the graph takes, in the
   // order it takes them (its variant pack's uids, sorted); filled at the first execute.
   std::vector<int> sorted{};
+  // The plan's variant packs of recent calls (see cudnn/variant_packs.hpp); made after the first
+  // execute through the frontend, null where the plan does not allow them.
+  std::shared_ptr<VariantPacks> packs{};
+  bool packs_tried = false;
   // Set when the plan goes to (or came from) a file: written after the first execute, and named
   // in the warm-start list.
   std::shared_ptr<PlanRecord> record{};
