@@ -166,13 +166,14 @@ json::Value to_json(const std::vector<Row>& rows, const autotune::Environment& e
       {"wall_s", wall_s}};
 }
 
-// The second pass of --exhaustive: every op tuned again over all its candidates (no count limit, a
-// 30 s budget per op, a memory-only cache, graphs built afresh). The first pass's choice is found
+// The second pass of --exhaustive: every op tuned again over all its candidates (no count limit, no
+// screen, a 30 s budget per op, a memory-only cache, graphs built afresh). The first pass's choice is found
 // among the candidates by engine id and knobs (cuDNN's heuristic choice, engine -1, is the
 // baseline, timed first) and compared with the fastest, both timed in this pass.
 void compare_with_all_candidates(const std::vector<Row>& first) {
   autotune::Options all;
   all.max_candidates = 1000;
+  all.screen_ratio = 0;  // every candidate timed fully
   all.max_tuning_ms = 30000;
   autotune::set_options(all);
   autotune::set_cache(std::make_shared<autotune::Cache>(""));

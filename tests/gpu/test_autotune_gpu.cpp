@@ -129,6 +129,7 @@ TEST_CASE("gpu autotune: modes and guards") {
   CHECK(autotune::mode() == outer);
   CHECK_THROWS_AS(autotune::set_options({.max_candidates = 0}), InvalidArgument);
   CHECK_THROWS_AS(autotune::set_options({.max_tuning_ms = -1}), InvalidArgument);
+  CHECK_THROWS_AS(autotune::set_options({.screen_ratio = 0.5}), InvalidArgument);
 }
 
 TEST_CASE("gpu autotune: benchmark tunes conv plans that match the CPU backend; the cache file replays them") {

@@ -62,10 +62,14 @@ inline std::optional<Mode> parse_mode(std::string_view s) {
 }
 
 struct Options {
-  int max_candidates = 10;                       // distinct engine configs tried per op, the baseline included
+  int max_candidates = 16;                       // distinct engine configs tried per op, the baseline included
   std::int64_t max_workspace_bytes = 1ll << 30;  // plans needing more are skipped (and counted as failed)
   double max_tuning_ms = 2000;                   // wall-time budget per op: builds and timing
   bool deterministic_only = false;               // skip engines cuDNN marks NONDETERMINISTIC
+  // cuDNN candidates other than the baseline are first screened (the fastest of two short rounds)
+  // and timed fully only when within this factor of the fastest so far; 0 times every candidate
+  // fully (autotune_report --exhaustive does, to compare the choice with all of them).
+  double screen_ratio = 1.15;
   // Convolution graphs (with their fused epilogues) and cuBLASLt matmuls are tuned; normalization
   // and pointwise graphs take cuDNN's heuristic choice unless this is set. Their candidates are
   // mostly runtime-fused engines that cuDNN compiles at build: about 1.3 s per graph to tune
@@ -90,7 +94,8 @@ struct Result {
   Choice choice;
   bool from_cache = false;
   // Every candidate timed (its engine id, knobs and median), the heuristics' baseline first;
-  // empty for a cache hit. For reports (autotune_report --exhaustive).
+  // empty for a cache hit. For reports (autotune_report --exhaustive, which turns the screen
+  // off: a candidate the screen dropped has its screen estimate here).
   std::vector<RunnerUp> timed{};
 };
 
@@ -179,6 +184,8 @@ inline Options options() {
 inline void set_options(const Options& o) {
   CUTRAIN_REQUIRE(o.max_candidates >= 1, InvalidArgument, "autotune::set_options", "max_candidates ",
                   o.max_candidates, " must be at least 1");
+  CUTRAIN_REQUIRE(o.screen_ratio == 0 || o.screen_ratio >= 1, InvalidArgument, "autotune::set_options",
+                  "screen_ratio ", o.screen_ratio, " must be 0 (no screen) or at least 1");
   CUTRAIN_REQUIRE(o.max_workspace_bytes >= 0, InvalidArgument, "autotune::set_options", "max_workspace_bytes ",
                   o.max_workspace_bytes, " is negative");
   CUTRAIN_REQUIRE(std::isfinite(o.max_tuning_ms) && o.max_tuning_ms > 0, InvalidArgument, "autotune::set_options",
@@ -356,6 +363,8 @@ inline double median(std::vector<double> v) {
 // least min_rounds, at most max_rounds, until the median of the rounds so far moves by less than
 // `stable` over the last three. Past the deadline it stops after min_rounds, unless told to
 // finish. run() returns false when a run fails; the result is the median ms per run, or nothing.
+// A screen stops after two rounds and gives the faster: an estimate that decides whether a
+// candidate is worth timing fully.
 struct Rounds {
   static constexpr double round_ms = 1.0;
   static constexpr int max_reps = 10;
@@ -365,7 +374,7 @@ struct Rounds {
 };
 template <class Run>
 std::optional<double> time_rounds(Run&& run, cudaStream_t stream, Event& start, Event& stop,
-                                  std::chrono::steady_clock::time_point deadline, bool finish) {
+                                  std::chrono::steady_clock::time_point deadline, bool finish, bool screen = false) {
   start.record(stream);
   if (!run()) return std::nullopt;
   stop.record(stream);
@@ -380,6 +389,7 @@ std::optional<double> time_rounds(Run&& run, cudaStream_t stream, Event& start, 
     stop.record(stream);
     stop.synchronize();
     rounds.push_back(stop.elapsed_ms(start) / reps);
+    if (screen && rounds.size() == 2) return std::min(rounds[0], rounds[1]);
     if (static_cast<int>(rounds.size()) < Rounds::min_rounds) continue;
     medians.push_back(median(rounds));
     if (medians.size() >= 3) {
@@ -443,12 +453,14 @@ class Bench {
 
   // The plan's median time in ms per execution, or nullopt (with why) when it does not run.
   // Past the deadline it stops after min_rounds, unless told to finish.
+  // A screen (see time_rounds) runs it only for an estimate.
   std::optional<double> time(std::int64_t index, std::int64_t workspace_bytes,
-                             std::chrono::steady_clock::time_point deadline, bool finish, std::string& why) {
+                             std::chrono::steady_clock::time_point deadline, bool finish, std::string& why,
+                             bool screen = false) {
     void* ws = workspace(workspace_bytes);
     const auto run = [&] { return ok(g_.execute_plan_at_index(handle_, uids_, ws, index), why); };
     if (!run() || !synced(why)) return std::nullopt;
-    return time_rounds(run, stream_, start_, stop_, deadline, finish);
+    return time_rounds(run, stream_, start_, stop_, deadline, finish, screen);
   }
 
   // Runs a plan for about ms of GPU time, so that the clocks are up before the baseline is timed.
@@ -509,6 +521,7 @@ struct Timed {
   std::int64_t workspace = 0;
   double median_ms = 0;
   bool replayable = false;  // its engine id and knobs rebuild it (knob types this frontend knows)
+  bool screened = false;    // median_ms is only the screen's estimate: not timed fully
 };
 
 // Times the candidates of r (see plan()), picks the fastest, records it in the cache. Returns
@@ -565,7 +578,8 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       continue;
     }
     if (is_baseline) bench.spin_up(i, t.workspace, 3.0);
-    const auto ms = bench.time(i, t.workspace, deadline, is_baseline, why);
+    t.screened = !is_baseline && r.options.screen_ratio > 0;
+    const auto ms = bench.time(i, t.workspace, deadline, is_baseline, why, t.screened);
     if (!ms) {
       ++failed;
       if (first_failure.empty()) first_failure = why;
@@ -576,10 +590,25 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     if (is_baseline) baseline_ms = *ms;
     timed.push_back(std::move(t));
   }
+  // The screened candidates near the fastest estimate are timed fully; the others drop out. Most
+  // candidates are far slower than the best, and two short rounds show it: full timing (at least
+  // seven rounds) then goes to the few that could win.
+  if (r.options.screen_ratio > 0 && !timed.empty()) {
+    double fastest = timed.front().median_ms;
+    for (const auto& t : timed) fastest = std::min(fastest, t.median_ms);
+    for (auto& t : timed) {
+      if (!t.screened || t.median_ms > fastest * r.options.screen_ratio) continue;
+      std::string why;
+      if (const auto ms = bench.time(t.index, t.workspace, deadline, false, why)) {
+        t.median_ms = *ms;
+        t.screened = false;
+      }
+    }
+  }
 
   std::vector<const Timed*> ranked;
   for (const auto& t : timed)
-    if (t.replayable) ranked.push_back(&t);
+    if (t.replayable && !t.screened) ranked.push_back(&t);
   std::stable_sort(ranked.begin(), ranked.end(), [](const Timed* a, const Timed* b) { return a->median_ms < b->median_ms; });
   // The heuristics' choice may carry knobs this frontend cannot name, so that no engine id and
   // knobs rebuild it; when it is the fastest it is still the plan to run, and the cache records it
