@@ -58,12 +58,16 @@ inline cudaStream_t& thread_stream() {
 // A copy between two views of one CUDA device's memory with any strides: rank <= 8, elements of
 // elem_bytes bytes, strides in elements. cuda/kernels/copy.hpp installs the kernel that does it
 // (every kernel header and cutrain.hpp include it); without it Tensor::copy_from goes through the
-// host.
+// host. dims is laid out as the kernel's cutrain_copy_args, which takes it by value.
 struct StridedCopy {
+  struct Dims {
+    std::int64_t shape[8] = {}, dst[8] = {}, src[8] = {};
+    int rank = 0;
+  };
   void* dst = nullptr;
   const void* src = nullptr;
-  int rank = 0, elem_bytes = 0, device = 0;
-  std::int64_t shape[8] = {}, dst_strides[8] = {}, src_strides[8] = {};
+  int elem_bytes = 0, device = 0;
+  Dims dims{};
 };
 using StridedCopyFn = void (*)(const StridedCopy&);
 inline StridedCopyFn& device_copy_hook() {

@@ -223,12 +223,13 @@ class Tensor {
     if (src.device() == device() && rank() <= 8 && storage_ != src.storage_) {
       if (const auto copy = detail::device_copy_hook()) {
         if (numel() == 0) return;
-        detail::StridedCopy c{.dst = data(), .src = src.data(), .rank = rank(), .elem_bytes = sizeof(T), .device = device().index};
+        detail::StridedCopy c{.dst = data(), .src = src.data(), .elem_bytes = sizeof(T), .device = device().index};
+        c.dims.rank = rank();
         for (int d = 0; d < rank(); ++d) {
           const auto k = static_cast<std::size_t>(d);
-          c.shape[k] = shape_[d];
-          c.dst_strides[k] = strides_[k];
-          c.src_strides[k] = src.strides_[k];
+          c.dims.shape[k] = shape_[d];
+          c.dims.dst[k] = strides_[k];
+          c.dims.src[k] = src.strides_[k];
         }
         copy(c);
         return;

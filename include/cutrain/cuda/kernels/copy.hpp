@@ -14,11 +14,10 @@
 namespace cutrain::cuda::kernels {
 
 namespace detail {
-// The kernel's cutrain_copy_args, field for field.
-struct CopyArgs {
-  long long shape[8], dst[8], src[8];
-  int rank;
-};
+// StridedCopy::Dims goes to the kernel as its cutrain_copy_args: three arrays of 8 long long, then
+// an int (padded to 8 bytes).
+static_assert(sizeof(cutrain::detail::StridedCopy::Dims) == 3 * 8 * sizeof(long long) + 8 &&
+              sizeof(std::int64_t) == sizeof(long long));
 
 inline const Program& copy_program() {
   static const Program p = programs::copy();
@@ -27,25 +26,20 @@ inline const Program& copy_program() {
 
 inline void strided_copy(const cutrain::detail::StridedCopy& c) {
   constexpr std::string_view op = "Tensor::copy_from";
-  CUTRAIN_REQUIRE(c.rank >= 0 && c.rank <= 8, InvalidArgument, op, "a device copy takes rank 0 to 8, got ", c.rank);
+  const auto& dims = c.dims;
+  CUTRAIN_REQUIRE(dims.rank >= 0 && dims.rank <= 8, InvalidArgument, op, "a device copy takes rank 0 to 8, got ",
+                  dims.rank);
   const char* kernel = c.elem_bytes == 1   ? "cutrain_copy_1"
                        : c.elem_bytes == 2 ? "cutrain_copy_2"
                        : c.elem_bytes == 4 ? "cutrain_copy_4"
                        : c.elem_bytes == 8 ? "cutrain_copy_8"
                                            : nullptr;
   CUTRAIN_REQUIRE(kernel, NotImplemented, op, "no device copy for ", c.elem_bytes, "-byte elements");
-  CopyArgs a{};
-  a.rank = c.rank;
   long long n = 1;
-  for (int d = 0; d < c.rank; ++d) {
-    a.shape[d] = c.shape[d];
-    a.dst[d] = c.dst_strides[d];
-    a.src[d] = c.src_strides[d];
-    n *= c.shape[d];
-  }
+  for (int d = 0; d < dims.rank; ++d) n *= dims.shape[d];
   if (n == 0) return;
   DeviceScope scope(c.device);
-  launch(function(c.device, copy_program(), kernel), grid_for(n), 256, op, c.dst, c.src, n, a);
+  launch(function(c.device, copy_program(), kernel), grid_for(n), 256, op, c.dst, c.src, n, dims);
 }
 
 inline const bool strided_copy_installed = (cutrain::detail::device_copy_hook() = &strided_copy, true);

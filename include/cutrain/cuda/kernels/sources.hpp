@@ -982,7 +982,8 @@ extern "C" __global__ void cutrain_log_softmax_backward(const T* y, const T* dy,
 )cuda";
 // ==== end of softmax block ====
 
-// Strided copy (cuda/kernels/copy.hpp): element i of the logical row-major order goes from
+// Strided copy (cuda/kernels/copy.hpp; the host passes core/storage.hpp's StridedCopy::Dims as
+// cutrain_copy_args): element i of the logical row-major order goes from
 // src + sum(c_d * src_d) to dst + sum(c_d * dst_d), c its multi-index; one kernel per element size.
 inline constexpr std::string_view copy = R"cuda(
 struct cutrain_copy_args {
