@@ -5,8 +5,9 @@ dtypes and layouts) and timing (CUDA events around 10 back-to-back calls, median
 warm-up, same buffers, torch.backends.cudnn.benchmark=True). With --cutrain JSON (Google
 Benchmark output of bench_ops_gpu) it prints cutrain/PyTorch per row (below 1 means cutrain is
 faster). The fused conv + bias + relu row compares with PyTorch's conv ALONE (the target: fusion
-costs nothing).
-  python3 bench/torch_ops.py --cutrain conv.json --out torch_ops.json
+costs nothing). With --tuned JSON (bench_ops_gpu's conv rows run again with
+CUTRAIN_AUTOTUNE=benchmark) it adds the tuned plans' time and ratio to the conv rows.
+  python3 bench/torch_ops.py --cutrain conv.json [--tuned tuned.json] --out torch_ops.json
 """
 import argparse, json, os, statistics
 import torch
@@ -91,6 +92,7 @@ def run_extra():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cutrain")
+    ap.add_argument("--tuned")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -102,22 +104,38 @@ def main():
     if args.out:
         json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "ms": torch_ms},
                   open(args.out, "w"), indent=1)
-    cut = {}
-    if args.cutrain:
-        for b in json.load(open(args.cutrain))["benchmarks"]:
-            if "median_ms" in b:
-                cut[b["name"].split("/iterations")[0].replace("/manual_time", "")] = b["median_ms"]
+    def load(path):
+        out = {}
+        if path:
+            for b in json.load(open(path))["benchmarks"]:
+                if "median_ms" in b:
+                    out[b["name"].split("/iterations")[0].replace("/manual_time", "")] = b["median_ms"]
+        return out
+
+    cut, tuned = load(args.cutrain), load(args.tuned)
+    nan = float("nan")
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
-    print(f"{'row':42s} {'cutrain ms':>11s} {'torch ms':>9s} {'ratio':>6s}")
-    ratios = []
+    head = f"{'row':42s} {'cutrain ms':>11s} {'torch ms':>9s} {'ratio':>6s}"
+    print(head + (f" {'tuned ms':>9s} {'tuned ratio':>11s}" if tuned else ""))
+    ratios, tuned_ratios = [], []
     for key, t in torch_ms.items():
-        c = cut.get(key)
-        if c and key.endswith(("/fwd", "/dgrad", "/wgrad")):
+        c, u = cut.get(key), tuned.get(key)
+        conv = key.endswith(("/fwd", "/dgrad", "/wgrad"))
+        if c and conv:
             ratios.append(c / t)
-        print(f"{key:42s} {c if c else float('nan'):11.4f} {t:9.4f} {c / t if c else float('nan'):6.2f}")
+        if u and conv:
+            tuned_ratios.append(u / t)
+        line = f"{key:42s} {c if c else nan:11.4f} {t:9.4f} {c / t if c else nan:6.2f}"
+        if tuned and conv:
+            line += f" {u if u else nan:9.4f} {u / t if u else nan:11.2f}"
+        print(line)
     if ratios:
         print(f"geometric mean cutrain/torch over the {len(ratios)} conv fwd/dgrad/wgrad rows: "
-              f"{statistics.geometric_mean(ratios):.3f}")
+              f"{statistics.geometric_mean(ratios):.3f} (heuristic plans)")
+    if tuned_ratios:
+        print(f"geometric mean cutrain/torch over the {len(tuned_ratios)} conv fwd/dgrad/wgrad rows: "
+              f"{statistics.geometric_mean(tuned_ratios):.3f} (tuned plans); at or below PyTorch on "
+              f"{sum(r <= 1.0 for r in tuned_ratios)}, within 1.03 on {sum(r <= 1.03 for r in tuned_ratios)}")
 
 
 if __name__ == "__main__":

@@ -265,7 +265,8 @@ struct Request {
   Key key;                          // where the choice is stored
   std::optional<Choice> hit;        // the cache entry replayed
   std::int64_t plan_index = -1;     // the replayed engine's plan, when hit
-  std::int64_t first = 0;           // the heuristics' candidates are [first, plan count)
+  std::int64_t first = 0;           // the heuristics' candidates are [first, plan count):
+  std::int64_t end_a = 0, end_b = 0;  // mode A's [first, end_a), B's [end_a, end_b), then fallback's
   std::int64_t baseline = -1;       // the heuristics' first choice that builds
 };
 inline Request*& current_request() {
@@ -318,10 +319,20 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
   // Timing favours the fastest plan, so engines that trade accuracy for speed are left out where
   // others exist: reductions in less than f32, and (strict f32) inputs converted down. If nothing
   // is left, the candidates are queried again with the usual filters only.
+  // One query per mode, so that tune() knows which list a candidate came from. A mode with no
+  // engine for the graph is not an error; all three without one is.
   const auto query = [&] {
     r->first = g.get_execution_plan_count();
-    fe_check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}), op,
-             graph_key + ": no cuDNN engine supports this combination (create_execution_plans)");
+    fe::error_t last;
+    std::int64_t* ends[] = {&r->end_a, &r->end_b, nullptr};
+    int m = 0;
+    for (const auto mode : {fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}) {
+      if (auto st = g.create_execution_plans({mode}); st.is_bad()) last = st;
+      if (ends[m]) *ends[m] = g.get_execution_plan_count();
+      ++m;
+    }
+    if (g.get_execution_plan_count() == r->first)
+      fe_check(last, op, graph_key + ": no cuDNN engine supports this combination (create_execution_plans)");
     filter();
   };
   // The first candidate that builds: what build_plans(HEURISTICS_CHOICE) would take, at an index
@@ -535,17 +546,26 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
                                  std::chrono::duration<double, std::milli>(r.options.max_tuning_ms));
   cutrain::detail::DeviceGuard on(r.device);
 
-  // Distinct engine configs (modes A and B overlap), the baseline first. A config's name is its
-  // engine id and every knob, so equal names are the same plan.
+  // Distinct engine configs (modes A and B overlap), the baseline first, then modes A and B in
+  // turn (A's second, B's first, A's third, B's second, ...), then fallback. The two heuristics
+  // often disagree, each one's first choice far slower than the other's on some shapes
+  // (docs/autotune.md, "Candidates"): taking them in turn puts both lists' best guesses within
+  // max_candidates. A config's name is its engine id and every knob: equal names, same plan.
   const auto name_of = [&g](std::int64_t i) {
     std::string name;
     return g.get_plan_name_at_index(i, name).is_good() ? name : cat("#", i);
   };
   std::vector<std::int64_t> order{r.baseline};
   std::unordered_set<std::string> seen{name_of(r.baseline)};
-  const std::int64_t count = g.get_execution_plan_count();
-  for (std::int64_t i = r.first; i < count; ++i)
+  const auto consider = [&](std::int64_t i) {
     if (i != r.baseline && seen.insert(name_of(i)).second) order.push_back(i);
+  };
+  for (std::int64_t a = r.first, b = r.end_a; a < r.end_a || b < r.end_b;) {
+    if (a < r.end_a) consider(a++);
+    if (b < r.end_b) consider(b++);
+  }
+  const std::int64_t count = g.get_execution_plan_count();
+  for (std::int64_t i = r.end_b; i < count; ++i) consider(i);
 
   Bench bench(g, tensors, r.device);
   std::vector<Timed> timed;
