@@ -107,7 +107,12 @@ def main():
     def load(path):
         out = {}
         if path:
-            for b in json.load(open(path))["benchmarks"]:
+            try:
+                rows = json.load(open(path))["benchmarks"]
+            except (OSError, ValueError, KeyError) as e:
+                print(f"torch_ops: ignoring {path}: {e}")
+                return out
+            for b in rows:
                 if "median_ms" in b:
                     out[b["name"].split("/iterations")[0].replace("/manual_time", "")] = b["median_ms"]
         return out

@@ -62,7 +62,7 @@ inline std::optional<Mode> parse_mode(std::string_view s) {
 }
 
 struct Options {
-  int max_candidates = 16;                       // distinct engine configs tried per op, the baseline included
+  int max_candidates = 18;                       // distinct engine configs tried per op, the baseline included
   std::int64_t max_workspace_bytes = 1ll << 30;  // plans needing more are skipped (and counted as failed)
   double max_tuning_ms = 2000;                   // wall-time budget per op: builds and timing
   bool deterministic_only = false;               // skip engines cuDNN marks NONDETERMINISTIC
@@ -525,6 +525,9 @@ class Bench {
   Event start_, stop_;
 };
 
+// How many of heuristics mode B's first candidates are tried right after the baseline.
+inline constexpr std::int64_t mode_b_first = 2;
+
 struct Timed {
   std::int64_t index = -1;
   std::int64_t engine_id = 0;
@@ -546,11 +549,12 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
                                  std::chrono::duration<double, std::milli>(r.options.max_tuning_ms));
   cutrain::detail::DeviceGuard on(r.device);
 
-  // Distinct engine configs (modes A and B overlap), the baseline first, then modes A and B in
-  // turn (A's second, B's first, A's third, B's second, ...), then fallback. The two heuristics
-  // often disagree, each one's first choice far slower than the other's on some shapes
-  // (docs/autotune.md, "Candidates"): taking them in turn puts both lists' best guesses within
-  // max_candidates. A config's name is its engine id and every knob: equal names, same plan.
+  // Distinct engine configs (modes A and B overlap): the baseline (A's first), then mode B's
+  // first mode_b_first, then the rest of A, of B, and the fallback list. The two heuristics often
+  // disagree, B's first choice far faster than A's on some shapes and far slower on others
+  // (docs/autotune.md, "Candidates"), while A's good configs can sit as deep as its 14th: A keeps
+  // its order, and B's best guesses go first. A config's name is its engine id and every knob:
+  // equal names, same plan.
   const auto name_of = [&g](std::int64_t i) {
     std::string name;
     return g.get_plan_name_at_index(i, name).is_good() ? name : cat("#", i);
@@ -560,12 +564,10 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   const auto consider = [&](std::int64_t i) {
     if (i != r.baseline && seen.insert(name_of(i)).second) order.push_back(i);
   };
-  for (std::int64_t a = r.first, b = r.end_a; a < r.end_a || b < r.end_b;) {
-    if (a < r.end_a) consider(a++);
-    if (b < r.end_b) consider(b++);
-  }
+  for (std::int64_t i = r.end_a; i < std::min(r.end_b, r.end_a + mode_b_first); ++i) consider(i);
+  for (std::int64_t i = r.first; i < r.end_a; ++i) consider(i);
   const std::int64_t count = g.get_execution_plan_count();
-  for (std::int64_t i = r.end_b; i < count; ++i) consider(i);
+  for (std::int64_t i = r.end_a; i < count; ++i) consider(i);
 
   Bench bench(g, tensors, r.device);
   std::vector<Timed> timed;
