@@ -5,7 +5,8 @@
 // heuristic mode never times. The same for cuBLASLt's matmul algorithms (linear forward with
 // bias + relu, backward with the bias-gradient epilogue). And the plans cuDNN compiles at build
 // (relu and batch norm here), kept on disk and read back by a fresh graph cache. A warm start
-// that loads a run's plans, tuned ones included, on background threads for the next run.
+// that loads a run's plans, tuned ones included, on background threads for the next run. The
+// candidate order: heuristics mode B's first two configs are timed right after the baseline.
 #include "parity.hpp"
 #include "scoped_env.hpp"
 #include "temp_dir.hpp"
@@ -256,6 +257,95 @@ TEST_CASE("gpu autotune: options bound the search and key deterministic choices 
     CHECK(r->key.signature.ends_with(" deterministic"));
     CHECK(r->choice.median_ms <= r->choice.heuristic_ms * 1.05);
   }
+}
+
+namespace {
+
+// The engine configs (engine id, sorted knobs) at the first `n` places of one heuristics mode's
+// list for a bf16 NHWC conv fprop, built the way conv2d_forward builds it, with the tuner's
+// filters: a config the filters deselect, or that does not build, is left out (the tuner skips it).
+std::vector<autotune::RunnerUp> first_of_mode(cudnn_frontend::HeurMode_t mode, const Tensor<cutrain::bfloat16>& x,
+                                              const Tensor<cutrain::bfloat16>& w, const Tensor<cutrain::bfloat16>& y,
+                                              const Conv2dParams& p, std::int64_t n) {
+  namespace fe = cudnn_frontend;
+  namespace cd = cuda::cudnn;
+  auto g = cd::detail::new_graph<cutrain::bfloat16>();
+  auto X = cd::tensor(*g, "x", x);
+  auto W = cd::tensor(*g, "w", w);
+  auto Y = g->conv_fprop(X, W, cd::detail::conv_attributes<fe::graph::Conv_fprop_attributes>(p));
+  Y->set_output(true).set_dim(y.shape().dims()).set_stride(y.strides()).set_data_type(fe::DataType_t::BFLOAT16);
+  cudnnHandle_t h = cuda::handles(0).cudnn;
+  REQUIRE(g->validate().is_good());
+  REQUIRE(g->build_operation_graph(h).is_good());
+  REQUIRE(g->create_execution_plans({mode}).is_good());
+  g->deselect_workspace_greater_than(autotune::options().max_workspace_bytes);
+  g->deselect_numeric_notes({fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION});
+  std::vector<autotune::RunnerUp> out;
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(n, g->get_execution_plan_count()); ++i) {
+    if (g->build_plan_at_index(i).is_bad()) continue;
+    autotune::RunnerUp r;
+    std::unordered_map<fe::KnobType_t, std::int64_t> knobs;
+    REQUIRE(g->get_engine_and_knobs_at_index(i, r.engine_id, knobs).is_good());
+    r.knobs = autotune::detail::sorted_knobs(knobs);
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpu autotune: heuristics mode B's first two configs are timed right after the baseline") {
+  Restore restore;
+  TempDir dir("autotune_gpu");
+  autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
+  cuda::cudnn::clear_graph_cache();
+  // Three candidates: the baseline (mode A's first) and mode B's first two; every one timed fully.
+  autotune::set_options({.max_candidates = 3, .screen_ratio = 0});
+  autotune::ModeGuard mode(autotune::Mode::benchmark);
+  const auto same = [](const autotune::RunnerUp& u, const autotune::RunnerUp& v) {
+    return u.engine_id == v.engine_id && u.knobs == v.knobs;
+  };
+  // bf16 NHWC fprops; only those where a B config lies outside A's first three tell the orders
+  // apart (taking A's list first, the tuner would not time it). Which do depends on cuDNN's
+  // heuristics, hence several shapes.
+  const TuneCase cases[] = {tune_cases[0], tune_cases[1], tune_cases[2],
+                            {"3x3_s2_wide", {16, 64, 32, 32}, {128, 64, 3, 3}, Conv2dParams::make(2, 1)},
+                            {"5x5_1ch", {32, 1, 28, 28}, {32, 1, 5, 5}, Conv2dParams::make(1, 2)}};
+  int separating = 0;
+  for (const auto& c : cases) {
+    Rng rng(std::hash<std::string>{}(c.name) + 77);
+    auto [x, xr] = random_pair<cutrain::bfloat16>(c.x, rng, Layout::nhwc);
+    auto [w, wr] = random_pair<cutrain::bfloat16>(c.w, rng, Layout::nhwc);
+    auto y = poisoned<cutrain::bfloat16>(conv2d_output_shape(c.x, c.w, c.p), Layout::nhwc);
+    const auto a = first_of_mode(cudnn_frontend::HeurMode_t::A, x, w, y, c.p, 3);
+    const auto b = first_of_mode(cudnn_frontend::HeurMode_t::B, x, w, y, c.p, 2);
+    bool separates = false;
+    for (const auto& want : b) {
+      bool in_a = false;
+      for (const auto& have : a) in_a = in_a || same(have, want);
+      separates = separates || !in_a;
+    }
+    if (!separates) continue;
+    ++separating;
+    INFO("case " << c.name);
+    autotune::clear_last_result();
+    cuda::cudnn::conv2d_forward(x, w, Tensor<cutrain::bfloat16>{}, c.p, y);
+    check_close(cutrain::detail::cat("tuned fprop ", c.name), y, ops::conv2d_forward(xr, wr, c.p));
+    const auto r = autotune::last_result();
+    REQUIRE(r);
+    REQUIRE(!r->from_cache);
+    REQUIRE(r->timed.size() <= 3);
+    // The baseline is A's first that builds; each of B's first two is timed too.
+    if (!a.empty()) CHECK(same(r->timed.front(), a.front()));
+    for (const auto& want : b) {
+      bool found = false;
+      for (const auto& t : r->timed) found = found || same(t, want);
+      INFO("mode B config: engine " << want.engine_id << ", " << want.knobs.size() << " knobs");
+      CHECK(found);
+    }
+  }
+  if (separating == 0) WARN("on no case here do mode B's first two lie outside mode A's first three: the order is untested");
+  cuda::synchronize();
 }
 
 namespace {
