@@ -327,7 +327,14 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
     std::int64_t* ends[] = {&r->end_a, &r->end_b, nullptr};
     int m = 0;
     for (const auto mode : {fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}) {
-      if (auto st = g.create_execution_plans({mode}); st.is_bad()) last = st;
+      const std::int64_t before = g.get_execution_plan_count();
+      if (auto st = g.create_execution_plans({mode}); st.is_bad()) {
+        // A failure after configs were added left them half described (their notes unread),
+        // which the filters below would read: an error, as for one query of all three modes.
+        if (g.get_execution_plan_count() != before)
+          fe_check(st, op, graph_key + ": create_execution_plans failed while reading the candidates");
+        last = st;
+      }
       if (ends[m]) *ends[m] = g.get_execution_plan_count();
       ++m;
     }
