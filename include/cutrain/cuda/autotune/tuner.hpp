@@ -66,9 +66,10 @@ struct Options {
   std::int64_t max_workspace_bytes = 1ll << 30;  // plans needing more are skipped (and counted as failed)
   double max_tuning_ms = 2000;                   // wall-time budget per op: builds and timing
   bool deterministic_only = false;               // skip engines cuDNN marks NONDETERMINISTIC
-  // cuDNN candidates other than the baseline are first screened (the fastest of two short rounds)
-  // and timed fully only when within this factor of the fastest so far; 0 times every candidate
-  // fully (autotune_report --exhaustive does, to compare the choice with all of them).
+  // Every cuDNN candidate, the baseline included, is first screened (the faster of two short
+  // rounds); those within this factor of the fastest screen are then timed fully, in turns (see
+  // tune()). 0 times every candidate fully, one after the other (autotune_report --exhaustive
+  // does, to compare the choice with all of them).
   double screen_ratio = 1.15;
   // Convolution graphs (with their fused epilogues) and cuBLASLt matmuls are tuned; normalization
   // and pointwise graphs take cuDNN's heuristic choice unless this is set. Their candidates are
@@ -481,6 +482,55 @@ class Bench {
     return time_rounds(run, stream_, start_, stop_, deadline, finish, screen);
   }
 
+  // The finals: plans timed in turns, one round each per turn, so that a slow spell of the GPU
+  // (clocks still settling, say) falls on all of them alike, not on whichever was timed during it.
+  // estimate_ms (the screen's) sets each plan's executions per round, as in time_rounds; the
+  // rounds repeat until every plan's median is stable as there (at least min_rounds, at most
+  // max_rounds; past the deadline, after min_rounds). Returns each plan's median ms per execution,
+  // or nothing for one that failed (it leaves the turns).
+  struct Finalist {
+    std::int64_t index, workspace;
+    double estimate_ms;
+  };
+  std::vector<std::optional<double>> time_in_turns(const std::vector<Finalist>& plans,
+                                                   std::chrono::steady_clock::time_point deadline) {
+    const std::size_t n = plans.size();
+    std::int64_t ws_bytes = 0;
+    std::vector<int> reps(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ws_bytes = std::max(ws_bytes, plans[i].workspace);
+      reps[i] = std::clamp(static_cast<int>(std::ceil(Rounds::round_ms / std::max(plans[i].estimate_ms, 1e-4))), 1,
+                           Rounds::max_reps);
+    }
+    void* ws = workspace(ws_bytes);
+    std::vector<bool> alive(n, true);
+    std::vector<std::vector<double>> rounds(n), medians(n);
+    std::string why;
+    for (int round = 0; round < Rounds::max_rounds; ++round) {
+      bool all_stable = true;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!alive[i]) continue;
+        start_.record(stream_);
+        for (int k = 0; k < reps[i] && alive[i]; ++k)
+          alive[i] = ok(g_.execute_plan_at_index(handle_, uids_, ws, plans[i].index), why);
+        if (!alive[i]) continue;
+        stop_.record(stream_);
+        stop_.synchronize();
+        rounds[i].push_back(stop_.elapsed_ms(start_) / reps[i]);
+        if (round + 1 < Rounds::min_rounds) continue;
+        medians[i].push_back(median(rounds[i]));
+        const auto& m = medians[i];
+        const auto [lo, hi] = std::minmax_element(m.end() - std::min<std::size_t>(3, m.size()), m.end());
+        all_stable = all_stable && m.size() >= 3 && *hi - *lo < Rounds::stable * *lo;
+      }
+      if (round + 1 >= Rounds::min_rounds && (all_stable || std::chrono::steady_clock::now() > deadline)) break;
+    }
+    std::vector<std::optional<double>> out(n);
+    for (std::size_t i = 0; i < n; ++i)
+      if (alive[i] && !rounds[i].empty()) out[i] = median(rounds[i]);
+    return out;
+  }
+
   // Runs a plan for about ms of GPU time, so that the clocks are up before the baseline is timed.
   void spin_up(std::int64_t index, std::int64_t workspace_bytes, double ms) {
     void* ws = workspace(workspace_bytes);
@@ -607,7 +657,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       continue;
     }
     if (is_baseline) bench.spin_up(i, t.workspace, 3.0);
-    t.screened = !is_baseline && r.options.screen_ratio > 0;
+    t.screened = r.options.screen_ratio > 0;
     const auto ms = bench.time(i, t.workspace, deadline, is_baseline, why, t.screened);
     if (!ms) {
       ++failed;
@@ -616,24 +666,34 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     }
     stats().candidates_timed.fetch_add(1);
     t.median_ms = *ms;
-    if (is_baseline) baseline_ms = *ms;
     timed.push_back(std::move(t));
   }
-  // The screened candidates near the fastest estimate are timed fully; the others drop out. Most
-  // candidates are far slower than the best, and two short rounds show it: full timing (at least
-  // seven rounds) then goes to the few that could win.
+  // The candidates whose screen came within screen_ratio of the fastest screen are timed fully,
+  // in turns; the others drop out. Most candidates are far slower than the best, and two short
+  // rounds show it: full timing goes to the few that could win. In turns, because a slow spell
+  // early in an op's tuning (in one run of the whole benchmark suite, the first few candidates of
+  // some ops timed up to 1.4x slower than in a second run) would otherwise lose a candidate timed
+  // during it its place.
   if (r.options.screen_ratio > 0 && !timed.empty()) {
     double fastest = timed.front().median_ms;
     for (const auto& t : timed) fastest = std::min(fastest, t.median_ms);
+    std::vector<Timed*> finals;
+    std::vector<Bench::Finalist> plans;
     for (auto& t : timed) {
-      if (!t.screened || t.median_ms > fastest * r.options.screen_ratio) continue;
-      std::string why;
-      if (const auto ms = bench.time(t.index, t.workspace, deadline, false, why)) {
-        t.median_ms = *ms;
-        t.screened = false;
-      }
+      if (t.median_ms > fastest * r.options.screen_ratio) continue;
+      finals.push_back(&t);
+      plans.push_back({t.index, t.workspace, t.median_ms});
+    }
+    const auto ms = bench.time_in_turns(plans, deadline);
+    for (std::size_t k = 0; k < finals.size(); ++k) {
+      if (!ms[k]) continue;
+      finals[k]->median_ms = *ms[k];
+      finals[k]->screened = false;
     }
   }
+  // The baseline's time: fully timed, or (when far behind the fastest) its screen estimate.
+  for (const auto& t : timed)
+    if (t.index == r.baseline) baseline_ms = t.median_ms;
 
   std::vector<const Timed*> ranked;
   for (const auto& t : timed)
