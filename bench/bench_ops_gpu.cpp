@@ -16,9 +16,9 @@
 #include <cutrain/ops/batch_norm.hpp>
 #include <cutrain/cuda/kernels/pool2d.hpp>
 
+#include "conv_shapes.hpp"
+
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,25 +26,12 @@ namespace {
 
 using namespace cutrain;
 
-struct Shape4 {
-  std::string name;
-  std::int64_t n, c, h, w, k, r;
-  int stride, pad;
-};
+using Shape4 = bench::ConvShape;
 
 std::vector<Shape4> load_shapes() {
   // From the repository root (where scripts/gpu-check runs it), else from the source tree.
-  std::ifstream in("bench/conv_shapes.txt");
-  if (!in) in.open(CUTRAIN_BENCH_DIR "/conv_shapes.txt");
-  std::vector<Shape4> out;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream is(line);
-    Shape4 s;
-    is >> s.name >> s.n >> s.c >> s.h >> s.w >> s.k >> s.r >> s.stride >> s.pad;
-    out.push_back(s);
-  }
-  return out;
+  auto shapes = bench::read_conv_shapes("bench/conv_shapes.txt");
+  return shapes.empty() ? bench::read_conv_shapes(CUTRAIN_BENCH_DIR "/conv_shapes.txt") : shapes;
 }
 
 enum class Dir { fprop, dgrad, wgrad };

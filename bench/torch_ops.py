@@ -5,8 +5,8 @@ dtypes and layouts) and timing (CUDA events around 10 back-to-back calls, median
 warm-up, same buffers, torch.backends.cudnn.benchmark=True). With --cutrain JSON (Google
 Benchmark output of bench_ops_gpu) it prints cutrain/PyTorch per row (below 1 means cutrain is
 faster). The fused conv + bias + relu row compares with PyTorch's conv ALONE (the target: fusion
-costs nothing). With --tuned JSON (bench_ops_gpu's conv rows run again with
-CUTRAIN_AUTOTUNE=benchmark) it adds the tuned plans' time and ratio to the conv rows.
+costs nothing). With --tuned JSON (bench_ops_gpu's conv and fused rows run again
+with CUTRAIN_AUTOTUNE=benchmark) it adds the tuned plans' time and ratio to those rows.
   python3 bench/torch_ops.py --cutrain conv.json [--tuned tuned.json] --out torch_ops.json
 """
 import argparse, json, os, statistics
@@ -122,16 +122,19 @@ def main():
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
     head = f"{'row':42s} {'cutrain ms':>11s} {'torch ms':>9s} {'ratio':>6s}"
     print(head + (f" {'tuned ms':>9s} {'tuned ratio':>11s}" if tuned else ""))
-    ratios, tuned_ratios = [], []
+    ratios, tuned_ratios, fused_ratios = [], [], []
     for key, t in torch_ms.items():
         c, u = cut.get(key), tuned.get(key)
         conv = key.endswith(("/fwd", "/dgrad", "/wgrad"))
+        fused = key.endswith("/conv_bias_relu")
         if c and conv:
             ratios.append(c / t)
         if u and conv:
             tuned_ratios.append(u / t)
+        if u and fused:
+            fused_ratios.append(u / t)
         line = f"{key:42s} {c if c else nan:11.4f} {t:9.4f} {c / t if c else nan:6.2f}"
-        if tuned and conv:
+        if tuned and (conv or fused):
             line += f" {u if u else nan:9.4f} {u / t if u else nan:11.2f}"
         print(line)
     if ratios:
@@ -141,6 +144,9 @@ def main():
         print(f"geometric mean cutrain/torch over the {len(tuned_ratios)} conv fwd/dgrad/wgrad rows: "
               f"{statistics.geometric_mean(tuned_ratios):.3f} (tuned plans); at or below PyTorch on "
               f"{sum(r <= 1.0 for r in tuned_ratios)}, within 1.03 on {sum(r <= 1.03 for r in tuned_ratios)}")
+    if fused_ratios:
+        print(f"fused conv + bias + relu (tuned plans) against PyTorch's conv alone, {len(fused_ratios)} rows: "
+              f"within 1.05 on {sum(r <= 1.05 for r in fused_ratios)}, largest {max(fused_ratios):.3f}")
 
 
 if __name__ == "__main__":

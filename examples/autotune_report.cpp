@@ -6,7 +6,11 @@
 //   (b) the Fashion-MNIST CNN: batch 128, 28x28, f32 NCHW (TF32 off)
 // each in fprop, dgrad and wgrad, run through ops:: under autotune::Mode::benchmark.
 //
-//   autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive]
+//   (c) with --suite FILE, the benchmark suite's convolutions (bench/conv_shapes.txt, as
+//       bench_ops_gpu runs them): f32 NCHW, TF32 NCHW and bf16 NHWC, and in bf16 the fused
+//       conv + bias + relu forward; a graph that an earlier row built is not listed again
+//
+//   autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive] [--suite FILE]
 //
 // --cache uses that cache file instead of the default ($CUTRAIN_AUTOTUNE_CACHE, else
 // ~/.cache/cutrain/autotune.json); benchmark mode writes what it finds there. --mode cached shows
@@ -33,6 +37,8 @@
 #include "cutrain/cuda/runtime.hpp"
 #include "cutrain/ops/conv2d.hpp"
 
+#include "../bench/conv_shapes.hpp"
+
 using namespace cutrain;
 namespace autotune = cutrain::cuda::autotune;
 using Clock = std::chrono::steady_clock;
@@ -40,8 +46,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Layer {
-  const char* model;
-  const char* name;
+  std::string model, name;
   Shape x, w;
   Conv2dParams p;
 };
@@ -82,19 +87,34 @@ Tensor<T> filled(const Shape& s, Layout l) {
   return t;
 }
 
+// How a layer runs: its element type and layout, TF32 for f32, and (bf16 suite rows) the fused
+// conv + bias + relu forward as a fourth op.
+struct Precision {
+  Layout layout;
+  bool tf32 = false;
+  bool fused = false;
+};
+
 template <class T>
-void run_layer(const Layer& c, Layout layout, std::vector<Row>& rows) {
+void run_layer(const Layer& c, Precision pr, std::vector<Row>& rows) {
+  const Layout layout = pr.layout;
   const Shape ys = conv2d_output_shape(c.x, c.w, c.p);
   auto x = filled<T>(c.x, layout);
   auto w = filled<T>(c.w, layout);
   auto dy = filled<T>(ys, layout);
-  const std::pair<const char*, std::function<void()>> directions[] = {
+  auto bias = filled<T>(Shape{c.w[0]}, Layout::nchw);
+  std::vector<std::pair<const char*, std::function<void()>>> directions = {
       {"fprop", [&] { ops::conv2d_forward(x, w, c.p); }},
       {"dgrad", [&] { ops::conv2d_backward_data(dy, w, c.x, c.p); }},
       {"wgrad", [&] { ops::conv2d_backward_filter(dy, x, c.w, c.p); }},
   };
+  if (pr.fused)
+    directions.emplace_back("fused", [&] {
+      ops::conv2d_bias_activation_forward(x, w, bias, ActivationParams{.kind = Activation::relu}, c.p);
+    });
+  cuda::cudnn::math_options().allow_tf32 = pr.tf32;
   for (const auto& [direction, run] : directions) {
-    Row row{c.model, c.name, direction, cutrain::detail::cat(dtype_of<T>), cutrain::detail::cat(layout), {}, {}};
+    Row row{c.model, c.name, direction, pr.tf32 ? "tf32" : cutrain::detail::cat(dtype_of<T>), cutrain::detail::cat(layout), {}, {}};
     autotune::clear_last_result();
     try {
       run();
@@ -104,18 +124,54 @@ void run_layer(const Layer& c, Layout layout, std::vector<Row>& rows) {
       row.error = e.what();
     }
     const auto& r = row.result;
+    const char* model = c.model.c_str();
+    const char* name = c.name.c_str();
     if (!row.error.empty()) {
-      std::printf("%-18s %-24s %-5s  no cuDNN engine: %.120s\n", c.model, c.name, direction, row.error.c_str());
+      std::printf("%-18s %-24s %-5s  no cuDNN engine: %.120s\n", model, name, direction, row.error.c_str());
+    } else if (!r && autotune::mode() != autotune::Mode::heuristic) {
+      std::printf("%-18s %-24s %-5s  (the graph of a row above)\n", model, name, direction);
+      continue;  // built before in this process (a suite shape that is a ResNet-18 layer): no row of its own
     } else if (!r) {
-      std::printf("%-18s %-24s %-5s  (heuristic plan, nothing timed)\n", c.model, c.name, direction);
+      std::printf("%-18s %-24s %-5s  (heuristic plan, nothing timed)\n", model, name, direction);
     } else {
       const auto& ch = r->choice;
       const double speedup = ch.heuristic_ms > 0 && ch.median_ms > 0 ? ch.heuristic_ms / ch.median_ms : 0;
-      std::printf("%-18s %-24s %-5s  %-40s %9.4f %9.4f %7.3fx %4d/%-3d %9.1f%s\n", c.model, c.name, direction,
+      std::printf("%-18s %-24s %-5s  %-40s %9.4f %9.4f %7.3fx %4d/%-3d %9.1f%s\n", model, name, direction,
                   engine_text(ch.engine_id, ch.knobs).c_str(), ch.median_ms, ch.heuristic_ms, speedup,
                   ch.candidates_tried, ch.candidates_failed, ch.tuning_ms, r->from_cache ? "  (cache)" : "");
     }
     rows.push_back(std::move(row));
+  }
+  cuda::cudnn::math_options().allow_tf32 = false;
+}
+
+// The layers to tune, in order: ResNet-18 in bf16 NHWC, the Fashion-MNIST CNN in f32 NCHW, and
+// the suite's convolutions (when given) in f32 NCHW, TF32 NCHW and bf16 NHWC (with the fused op).
+struct Entry {
+  Layer layer;
+  Precision precision;
+  bool bf16;
+};
+std::vector<Entry> layers(const std::vector<bench::ConvShape>& suite) {
+  std::vector<Entry> plan;
+  for (const auto& c : resnet) plan.push_back({c, {Layout::nhwc}, true});
+  for (const auto& c : fmnist) plan.push_back({c, {Layout::nchw}, false});
+  for (const auto& s : suite) {
+    Layer l{"bench_suite", s.name, {s.n, s.c, s.h, s.w}, {s.k, s.c, s.r, s.r}, Conv2dParams::make(s.stride, s.pad)};
+    const std::string name = l.name;
+    l.name = name + " f32";
+    plan.push_back({l, {Layout::nchw}, false});
+    l.name = name + " tf32";
+    plan.push_back({l, {Layout::nchw, true}, false});
+    l.name = name + " bf16";
+    plan.push_back({l, {Layout::nhwc, false, true}, true});
+  }
+  return plan;
+}
+void run_layers(const std::vector<Entry>& plan, std::vector<Row>& rows) {
+  for (const auto& e : plan) {
+    if (e.bf16) run_layer<bfloat16>(e.layer, e.precision, rows);
+    else run_layer<float>(e.layer, e.precision, rows);
   }
 }
 
@@ -170,7 +226,7 @@ json::Value to_json(const std::vector<Row>& rows, const autotune::Environment& e
 // screen, a 30 s budget per op, a memory-only cache, graphs built afresh). The first pass's choice is found
 // among the candidates by engine id and knobs (cuDNN's heuristic choice, engine -1, is the
 // baseline, timed first) and compared with the fastest, both timed in this pass.
-void compare_with_all_candidates(const std::vector<Row>& first) {
+void compare_with_all_candidates(const std::vector<Entry>& plan, const std::vector<Row>& first) {
   autotune::Options all;
   all.max_candidates = 1000;
   all.screen_ratio = 0;  // every candidate timed fully
@@ -182,8 +238,7 @@ void compare_with_all_candidates(const std::vector<Row>& first) {
   {
     autotune::ModeGuard guard(autotune::Mode::benchmark);
     std::printf("\n-- every candidate (second pass) --\n");
-    for (const auto& c : resnet) run_layer<bfloat16>(c, Layout::nhwc, second);
-    for (const auto& c : fmnist) run_layer<float>(c, Layout::nchw, second);
+    run_layers(plan, second);
   }
   autotune::set_options({});
   std::printf("\n%-18s %-24s %-5s %10s %10s %8s %6s %7s\n", "model", "layer", "op", "chosen ms", "best ms", "ratio",
@@ -221,7 +276,7 @@ void compare_with_all_candidates(const std::vector<Row>& first) {
 
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr << "autotune_report: " << msg << "\n"
-            << "usage: autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive]\n";
+            << "usage: autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive] [--suite FILE]\n";
   std::exit(2);
 }
 
@@ -231,6 +286,7 @@ int main(int argc, char** argv) try {
   std::string json_path, cache_path;
   autotune::Mode mode = autotune::Mode::benchmark;
   bool exhaustive = false;
+  std::vector<bench::ConvShape> suite;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&]() -> std::string {
@@ -245,7 +301,13 @@ int main(int argc, char** argv) try {
       mode = *m;
     } else if (a == "--exhaustive") {
       exhaustive = true;
-    } else if (a == "--help" || a == "-h") usage("prints the autotuner's choices for ResNet-18 and the Fashion-MNIST CNN");
+    } else if (a == "--suite") {
+      const std::string path = value();
+      std::vector<int> bad;
+      suite = bench::read_conv_shapes(path, &bad);
+      if (suite.empty()) usage("--suite " + path + ": no convolution shapes read (name N C H W K R stride pad per line)");
+      for (const int line : bad) std::fprintf(stderr, "autotune_report: %s:%d: not a shape, skipped\n", path.c_str(), line);
+    } else if (a == "--help" || a == "-h") usage("prints the autotuner's choices for ResNet-18, the Fashion-MNIST CNN and (--suite) bench/conv_shapes.txt");
     else usage("unknown argument " + a);
   }
   if (!cuda::available()) {
@@ -261,12 +323,12 @@ int main(int argc, char** argv) try {
   std::printf("%-18s %-24s %-5s  %-40s %9s %9s %8s %8s %9s\n", "model", "layer", "op", "chosen engine (id, knobs)",
               "ms", "heur. ms", "speedup", "tried/f", "tune ms");
 
+  const std::vector<Entry> plan = layers(suite);
   const auto t0 = Clock::now();
   std::vector<Row> rows;
   {
     autotune::ModeGuard guard(mode);
-    for (const auto& c : resnet) run_layer<bfloat16>(c, Layout::nhwc, rows);
-    for (const auto& c : fmnist) run_layer<float>(c, Layout::nchw, rows);
+    run_layers(plan, rows);
   }
   const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
@@ -287,7 +349,7 @@ int main(int argc, char** argv) try {
                 heuristic_sum / chosen_sum);
   std::printf("\n");
 
-  if (exhaustive) compare_with_all_candidates(rows);
+  if (exhaustive) compare_with_all_candidates(plan, rows);
 
   if (!json_path.empty()) {
     std::ofstream out(json_path);
