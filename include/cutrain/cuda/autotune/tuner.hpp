@@ -67,9 +67,9 @@ struct Options {
   double max_tuning_ms = 2000;                   // wall-time budget per op: builds and timing
   bool deterministic_only = false;               // skip engines cuDNN marks NONDETERMINISTIC
   // Every cuDNN candidate, the baseline included, is first screened (the faster of two short
-  // rounds); those within this factor of the fastest screen are then timed fully, in turns (see
-  // tune()). 0 times every candidate fully, one after the other (autotune_report --exhaustive
-  // does, to compare the choice with all of them).
+  // rounds); the baseline and those within this factor of the fastest screen are then timed
+  // fully, in turns (see tune()). 0 times every candidate fully, one after the other
+  // (autotune_report --exhaustive does, to compare the choice with all of them).
   double screen_ratio = 1.15;
   // Convolution graphs (with their fused epilogues) and cuBLASLt matmuls are tuned; normalization
   // and pointwise graphs take cuDNN's heuristic choice unless this is set. Their candidates are
@@ -669,18 +669,20 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     timed.push_back(std::move(t));
   }
   // The candidates whose screen came within screen_ratio of the fastest screen are timed fully,
-  // in turns; the others drop out. Most candidates are far slower than the best, and two short
-  // rounds show it: full timing goes to the few that could win. In turns, because a slow spell
-  // early in an op's tuning (in one run of the whole benchmark suite, the first few candidates of
-  // some ops timed up to 1.4x slower than in a second run) would otherwise lose a candidate timed
-  // during it its place.
+  // in turns, with the baseline; the others drop out. Most candidates are far slower than the
+  // best, and two short rounds show it: full timing goes to the few that could win. The baseline
+  // is always among them, so that Choice::heuristic_ms is a full median taken in the same turns
+  // as the winner's (a screen's estimate, the faster of two rounds, is no match for a median). In
+  // turns, because a slow spell early in an op's tuning (in one run of the whole benchmark suite,
+  // the first few candidates of some ops timed up to 1.4x slower than in a second run) would
+  // otherwise cost a candidate timed during it its place.
   if (r.options.screen_ratio > 0 && !timed.empty()) {
     double fastest = timed.front().median_ms;
     for (const auto& t : timed) fastest = std::min(fastest, t.median_ms);
     std::vector<Timed*> finals;
     std::vector<Bench::Finalist> plans;
     for (auto& t : timed) {
-      if (t.median_ms > fastest * r.options.screen_ratio) continue;
+      if (t.index != r.baseline && t.median_ms > fastest * r.options.screen_ratio) continue;
       finals.push_back(&t);
       plans.push_back({t.index, t.workspace, t.median_ms});
     }
@@ -691,7 +693,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       finals[k]->screened = false;
     }
   }
-  // The baseline's time: fully timed, or (when far behind the fastest) its screen estimate.
+  // The baseline's time: its full median (its screen estimate only if the finals could not run it).
   for (const auto& t : timed)
     if (t.index == r.baseline) baseline_ms = t.median_ms;
 
