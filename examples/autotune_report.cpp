@@ -102,7 +102,7 @@ void run_layer(const Layer& c, Precision pr, std::vector<Row>& rows) {
   auto x = filled<T>(c.x, layout);
   auto w = filled<T>(c.w, layout);
   auto dy = filled<T>(ys, layout);
-  auto bias = filled<T>(Shape{c.w[0]}, Layout::nchw);
+  const Tensor<T> bias = pr.fused ? filled<T>(Shape{c.w[0]}, Layout::nchw) : Tensor<T>{};
   std::vector<std::pair<const char*, std::function<void()>>> directions = {
       {"fprop", [&] { ops::conv2d_forward(x, w, c.p); }},
       {"dgrad", [&] { ops::conv2d_backward_data(dy, w, c.x, c.p); }},

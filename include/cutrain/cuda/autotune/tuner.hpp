@@ -325,9 +325,7 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
   const auto query = [&] {
     r->first = g.get_execution_plan_count();
     fe::error_t last;
-    std::int64_t* ends[] = {&r->end_a, &r->end_b, nullptr};
-    int m = 0;
-    for (const auto mode : {fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}) {
+    const auto add = [&](fe::HeurMode_t mode) {  // returns where the mode's list ends
       const std::int64_t before = g.get_execution_plan_count();
       if (auto st = g.create_execution_plans({mode}); st.is_bad()) {
         // A failure after configs were added left them half described (their notes unread),
@@ -336,9 +334,11 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
           fe_check(st, op, graph_key + ": create_execution_plans failed while reading the candidates");
         last = st;
       }
-      if (ends[m]) *ends[m] = g.get_execution_plan_count();
-      ++m;
-    }
+      return g.get_execution_plan_count();
+    };
+    r->end_a = add(fe::HeurMode_t::A);
+    r->end_b = add(fe::HeurMode_t::B);
+    add(fe::HeurMode_t::FALLBACK);
     if (g.get_execution_plan_count() == r->first)
       fe_check(last, op, graph_key + ": no cuDNN engine supports this combination (create_execution_plans)");
     filter();
@@ -390,6 +390,17 @@ struct Rounds {
   static constexpr int min_rounds = 5;
   static constexpr int max_rounds = 30;
   static constexpr double stable = 0.02;
+  // Executions per round for a plan that takes ms per execution.
+  static int reps(double ms) {
+    return std::clamp(static_cast<int>(std::ceil(round_ms / std::max(ms, 1e-4))), 1, max_reps);
+  }
+  // Whether the medians so far (one per round from min_rounds on) moved by less than `stable`
+  // over the last three.
+  static bool settled(const std::vector<double>& medians) {
+    if (medians.size() < 3) return false;
+    const auto [lo, hi] = std::minmax_element(medians.end() - 3, medians.end());
+    return *hi - *lo < stable * *lo;
+  }
 };
 template <class Run>
 std::optional<double> time_rounds(Run&& run, cudaStream_t stream, Event& start, Event& stop,
@@ -398,8 +409,7 @@ std::optional<double> time_rounds(Run&& run, cudaStream_t stream, Event& start, 
   if (!run()) return std::nullopt;
   stop.record(stream);
   stop.synchronize();
-  const double once = std::max<double>(stop.elapsed_ms(start), 1e-4);
-  const int reps = std::clamp(static_cast<int>(std::ceil(Rounds::round_ms / once)), 1, Rounds::max_reps);
+  const int reps = Rounds::reps(stop.elapsed_ms(start));
   std::vector<double> rounds, medians;
   while (static_cast<int>(rounds.size()) < Rounds::max_rounds) {
     start.record(stream);
@@ -411,10 +421,7 @@ std::optional<double> time_rounds(Run&& run, cudaStream_t stream, Event& start, 
     if (screen && rounds.size() == 2) return std::min(rounds[0], rounds[1]);
     if (static_cast<int>(rounds.size()) < Rounds::min_rounds) continue;
     medians.push_back(median(rounds));
-    if (medians.size() >= 3) {
-      const auto [lo, hi] = std::minmax_element(medians.end() - 3, medians.end());
-      if (*hi - *lo < Rounds::stable * *lo) break;
-    }
+    if (Rounds::settled(medians)) break;
     if (!finish && std::chrono::steady_clock::now() > deadline) break;
   }
   return median(rounds);
@@ -448,6 +455,16 @@ inline std::size_t tensor_bytes(const fe::graph::Tensor_attributes& t) {
   }
   return static_cast<std::size_t>(span) * element_bytes(t.get_data_type());
 }
+
+struct Timed {
+  std::int64_t index = -1;
+  std::int64_t engine_id = 0;
+  std::vector<Knob> knobs;
+  std::int64_t workspace = 0;
+  double median_ms = 0;
+  bool replayable = false;  // its engine id and knobs rebuild it (knob types this frontend knows)
+  bool screened = false;    // median_ms is only the screen's estimate: not timed fully
+};
 
 // Scratch copies of a graph's tensors on its device, and the events that time its plans.
 class Bench {
@@ -484,51 +501,44 @@ class Bench {
 
   // The finals: plans timed in turns, one round each per turn, so that a slow spell of the GPU
   // (clocks still settling, say) falls on all of them alike, not on whichever was timed during it.
-  // estimate_ms (the screen's) sets each plan's executions per round, as in time_rounds; the
-  // rounds repeat until every plan's median is stable as there (at least min_rounds, at most
-  // max_rounds; past the deadline, after min_rounds). Returns each plan's median ms per execution,
-  // or nothing for one that failed (it leaves the turns).
-  struct Finalist {
-    std::int64_t index, workspace;
-    double estimate_ms;
-  };
-  std::vector<std::optional<double>> time_in_turns(const std::vector<Finalist>& plans,
-                                                   std::chrono::steady_clock::time_point deadline) {
-    const std::size_t n = plans.size();
+  // Each plan's screen estimate (its median_ms) sets its executions per round; the rounds repeat
+  // until every plan's median is settled (at least min_rounds, at most max_rounds; past the
+  // deadline, after min_rounds). A plan that ran gets its median and is no longer `screened`; one
+  // that fails leaves the turns and keeps its estimate.
+  void time_in_turns(const std::vector<Timed*>& finals, std::chrono::steady_clock::time_point deadline) {
+    const std::size_t n = finals.size();
     std::int64_t ws_bytes = 0;
     std::vector<int> reps(n);
     for (std::size_t i = 0; i < n; ++i) {
-      ws_bytes = std::max(ws_bytes, plans[i].workspace);
-      reps[i] = std::clamp(static_cast<int>(std::ceil(Rounds::round_ms / std::max(plans[i].estimate_ms, 1e-4))), 1,
-                           Rounds::max_reps);
+      ws_bytes = std::max(ws_bytes, finals[i]->workspace);
+      reps[i] = Rounds::reps(finals[i]->median_ms);
     }
     void* ws = workspace(ws_bytes);
     std::vector<bool> alive(n, true);
     std::vector<std::vector<double>> rounds(n), medians(n);
     std::string why;
     for (int round = 0; round < Rounds::max_rounds; ++round) {
-      bool all_stable = true;
+      bool all_settled = true;
       for (std::size_t i = 0; i < n; ++i) {
         if (!alive[i]) continue;
         start_.record(stream_);
         for (int k = 0; k < reps[i] && alive[i]; ++k)
-          alive[i] = ok(g_.execute_plan_at_index(handle_, uids_, ws, plans[i].index), why);
+          alive[i] = ok(g_.execute_plan_at_index(handle_, uids_, ws, finals[i]->index), why);
         if (!alive[i]) continue;
         stop_.record(stream_);
         stop_.synchronize();
         rounds[i].push_back(stop_.elapsed_ms(start_) / reps[i]);
         if (round + 1 < Rounds::min_rounds) continue;
         medians[i].push_back(median(rounds[i]));
-        const auto& m = medians[i];
-        const auto [lo, hi] = std::minmax_element(m.end() - std::min<std::size_t>(3, m.size()), m.end());
-        all_stable = all_stable && m.size() >= 3 && *hi - *lo < Rounds::stable * *lo;
+        all_settled = all_settled && Rounds::settled(medians[i]);
       }
-      if (round + 1 >= Rounds::min_rounds && (all_stable || std::chrono::steady_clock::now() > deadline)) break;
+      if (round + 1 >= Rounds::min_rounds && (all_settled || std::chrono::steady_clock::now() > deadline)) break;
     }
-    std::vector<std::optional<double>> out(n);
-    for (std::size_t i = 0; i < n; ++i)
-      if (alive[i] && !rounds[i].empty()) out[i] = median(rounds[i]);
-    return out;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!alive[i] || rounds[i].empty()) continue;
+      finals[i]->median_ms = median(rounds[i]);
+      finals[i]->screened = false;
+    }
   }
 
   // Runs a plan for about ms of GPU time, so that the clocks are up before the baseline is timed.
@@ -585,16 +595,6 @@ class Bench {
 // How many of heuristics mode B's first candidates are tried right after the baseline.
 inline constexpr std::int64_t mode_b_first = 2;
 
-struct Timed {
-  std::int64_t index = -1;
-  std::int64_t engine_id = 0;
-  std::vector<Knob> knobs;
-  std::int64_t workspace = 0;
-  double median_ms = 0;
-  bool replayable = false;  // its engine id and knobs rebuild it (knob types this frontend knows)
-  bool screened = false;    // median_ms is only the screen's estimate: not timed fully
-};
-
 // Times the candidates of r (see plan()), picks the fastest, records it in the cache. Returns
 // the chosen plan index and its workspace, or nothing when no candidate could be timed (the
 // caller keeps the heuristics' choice).
@@ -629,7 +629,6 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   Bench bench(g, tensors, r.device);
   std::vector<Timed> timed;
   int tried = 0, failed = 0;
-  double baseline_ms = -1;
   std::string first_failure;
   for (const std::int64_t i : order) {
     const bool is_baseline = i == r.baseline;
@@ -680,22 +679,10 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     double fastest = timed.front().median_ms;
     for (const auto& t : timed) fastest = std::min(fastest, t.median_ms);
     std::vector<Timed*> finals;
-    std::vector<Bench::Finalist> plans;
-    for (auto& t : timed) {
-      if (t.index != r.baseline && t.median_ms > fastest * r.options.screen_ratio) continue;
-      finals.push_back(&t);
-      plans.push_back({t.index, t.workspace, t.median_ms});
-    }
-    const auto ms = bench.time_in_turns(plans, deadline);
-    for (std::size_t k = 0; k < finals.size(); ++k) {
-      if (!ms[k]) continue;
-      finals[k]->median_ms = *ms[k];
-      finals[k]->screened = false;
-    }
+    for (auto& t : timed)
+      if (t.index == r.baseline || t.median_ms <= fastest * r.options.screen_ratio) finals.push_back(&t);
+    bench.time_in_turns(finals, deadline);
   }
-  // The baseline's time: its full median (its screen estimate only if the finals could not run it).
-  for (const auto& t : timed)
-    if (t.index == r.baseline) baseline_ms = t.median_ms;
 
   std::vector<const Timed*> ranked;
   for (const auto& t : timed)
@@ -721,7 +708,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   if (!take_base) c.knobs = best.knobs;
   c.median_ms = best.median_ms;
   c.workspace_bytes = best.workspace;
-  c.heuristic_ms = baseline_ms;
+  c.heuristic_ms = base ? base->median_ms : -1;  // its full median (its estimate if the finals could not run it)
   c.candidates_tried = tried;
   c.candidates_failed = failed;
   c.tuning_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
