@@ -17,7 +17,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <future>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -25,7 +24,6 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -257,34 +255,6 @@ inline std::unordered_map<fe::KnobType_t, std::int64_t> knob_map(const std::vect
   return map;
 }
 
-// cudnn-frontend keeps a graph's lowered operation graph and its list of engine configs
-// protected. The tuner reads the first (to query heuristics on another thread) and appends that
-// query's configs to the second, as Graph::create_execution_plans does with its own query. Naming
-// the members through a derived class is how C++ reaches a protected member of a base object.
-struct GraphInternals : fe::graph::Graph {
-  static std::shared_ptr<fe::OperationGraph_v8> op_graph_of(const fe::graph::Graph& g) {
-    return g.*(&GraphInternals::operation_graph);
-  }
-  static fe::graph::Execution_plan_list& plans_of(fe::graph::Graph& g) { return g.*(&GraphInternals::plans); }
-};
-
-// Heuristics mode B's and the fallback list's engine configs for one operation graph. Mode B's
-// query is cuDNN's slow one (about 16 ms a graph on the H200, against 2 ms for A's: a third of
-// ResNet-18's tuning), so the tuner runs both on another thread while it times A's candidates.
-// An empty list where the mode has no engine; the query never throws.
-struct LaterModes {
-  fe::EngineConfigList b, fallback;
-};
-inline LaterModes query_later_modes(const std::shared_ptr<fe::OperationGraph_v8>& og) {
-  LaterModes m;
-  try {
-    (void)fe::detail::query_cudnn_heuristics_impl(og, m.b, {fe::HeurMode_t::B}, -1);
-    (void)fe::detail::query_cudnn_heuristics_impl(og, m.fallback, {fe::HeurMode_t::FALLBACK}, -1);
-  } catch (...) {  // what was found is kept; the rest is simply not a candidate
-  }
-  return m;
-}
-
 // What cached_graph() asked for (through PlanScope) and what build() found (through plan()).
 struct Request {
   int device = 0;
@@ -296,47 +266,21 @@ struct Request {
   Key key;                          // where the choice is stored
   std::optional<Choice> hit;        // the cache entry replayed
   std::int64_t plan_index = -1;     // the replayed engine's plan, when hit
-  std::int64_t first = 0, end_a = 0;  // mode A's candidates: plans [first, end_a) of the graph
+  std::int64_t first = 0;           // the heuristics' candidates are [first, plan count):
+  std::int64_t end_a = 0, end_b = 0;  // mode A's [first, end_a), B's [end_a, end_b), then fallback's
   std::int64_t baseline = -1;       // the heuristics' first choice that builds
-  std::vector<fe::NumericalNote_t> deselected;  // the filters, applied to every config appended
-  std::future<LaterModes> later;    // mode B's and fallback's query, running (see LaterModes)
-  std::optional<LaterModes> later_modes;  // its result, once taken
-  std::size_t b_taken = 0, fallback_taken = 0;  // configs of each appended to the graph so far
 };
 inline Request*& current_request() {
   thread_local Request* r = nullptr;
   return r;
 }
 
-// Whether mode B's and the fallback list's configs are in (then taking them does not wait).
-inline bool later_ready(const Request& r) {
-  return r.later_modes || !r.later.valid() || r.later.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-}
-
-// Appends the next config of mode B's list (or the fallback list's) to g, with r's filters, and
-// returns its plan index; -1 when that list is done. Waits for the query if it still runs (or runs
-// it, when plan() did not start it).
-inline std::int64_t append_later(fe::graph::Graph& g, Request& r, bool fallback) {
-  if (!r.later_modes) r.later_modes = r.later.valid() ? r.later.get() : query_later_modes(GraphInternals::op_graph_of(g));
-  auto& list = fallback ? r.later_modes->fallback : r.later_modes->b;
-  auto& taken = fallback ? r.fallback_taken : r.b_taken;
-  if (taken >= list.size()) return -1;
-  const std::int64_t index = g.get_execution_plan_count();
-  auto& plans = GraphInternals::plans_of(g);
-  plans.enqueue_engine_configs({list[taken++]});
-  // A config whose notes cannot be read would leave the list half described (see plan()).
-  fe_check(plans.query_properties(), r.op, r.graph_key + ": reading a candidate's notes failed");
-  g.deselect_numeric_notes(r.deselected);
-  return index;
-}
-
 // Called by cudnn::build() once the graph is validated and lowered. Returns false when no tuning
 // mode asked for this graph (build() then plans with the heuristics, as always). Otherwise plans
-// it: replays the cached engine (cached mode, hit), or queries the candidates of heuristics mode A
-// (and starts the query of B and the fallback list on another thread: LaterModes) and builds the
-// first that builds, the baseline that finish() times the others against. Strict f32 excludes
-// tensor-core engines, as build() does; plans needing more workspace than the options allow are
-// excluded too.
+// it: replays the cached engine (cached mode, hit), or queries the candidates of heuristics modes
+// A, B and fallback and builds the first that builds, the baseline that finish() times the
+// others against. Strict f32 excludes tensor-core engines, as build() does; plans needing more
+// workspace than the options allow are excluded too.
 inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& graph_key, bool strict_f32) {
   Request* r = current_request();
   if (!r || r->planned || r->graph_key != graph_key) return false;
@@ -348,9 +292,10 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
   r->key = Key::make(r->op, graph_key + (o.deterministic_only ? " deterministic" : ""), "cudnn", env);
 
   g.deselect_workspace_greater_than(o.max_workspace_bytes);
-  std::vector<fe::NumericalNote_t> usual;  // the filters every candidate goes through
-  if (strict_f32) usual.push_back(fe::NumericalNote_t::TENSOR_CORE);
-  if (o.deterministic_only) usual.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
+  const auto filter = [&] {
+    if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE});
+    if (o.deterministic_only) g.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+  };
 
   std::optional<Choice> heuristic_hit;  // a cache entry that says "cuDNN's heuristic choice"
   if (r->mode == Mode::cached) {
@@ -361,7 +306,7 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
     } else if (hit && hit->workspace_bytes <= o.max_workspace_bytes) {
       const std::int64_t index = g.get_execution_plan_count();
       if (g.create_execution_plan(hit->engine_id, knob_map(hit->knobs)).is_good()) {
-        g.deselect_numeric_notes(usual);
+        filter();
         if (g.check_support().is_good() && g.build_plan_at_index(index).is_good()) {
           r->hit = std::move(hit);
           r->plan_index = index;
@@ -375,69 +320,48 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
   // Timing favours the fastest plan, so engines that trade accuracy for speed are left out where
   // others exist: reductions in less than f32, and (strict f32) inputs converted down. If nothing
   // is left, the candidates are queried again with the usual filters only.
-  r->deselected = usual;
-  r->deselected.push_back(fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION);
-  if (strict_f32) r->deselected.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
-
   // One query per mode, so that tune() knows which list a candidate came from. A mode with no
   // engine for the graph is not an error; all three without one is.
-  fe::error_t last;
-  const auto add = [&](fe::HeurMode_t mode) {
-    const std::int64_t before = g.get_execution_plan_count();
-    if (auto st = g.create_execution_plans({mode}); st.is_bad()) {
-      // A failure after configs were added left them half described (their notes unread),
-      // which the filters would read: an error, as for one query of all three modes.
-      if (g.get_execution_plan_count() != before)
-        fe_check(st, op, graph_key + ": create_execution_plans failed while reading the candidates");
-      last = st;
-    }
+  const auto query = [&] {
+    r->first = g.get_execution_plan_count();
+    fe::error_t last;
+    const auto add = [&](fe::HeurMode_t mode) {  // returns where the mode's list ends
+      const std::int64_t before = g.get_execution_plan_count();
+      if (auto st = g.create_execution_plans({mode}); st.is_bad()) {
+        // A failure after configs were added left them half described (their notes unread),
+        // which the filters below would read: an error, as for one query of all three modes.
+        if (g.get_execution_plan_count() != before)
+          fe_check(st, op, graph_key + ": create_execution_plans failed while reading the candidates");
+        last = st;
+      }
+      return g.get_execution_plan_count();
+    };
+    r->end_a = add(fe::HeurMode_t::A);
+    r->end_b = add(fe::HeurMode_t::B);
+    add(fe::HeurMode_t::FALLBACK);
+    if (g.get_execution_plan_count() == r->first)
+      fe_check(last, op, graph_key + ": no cuDNN engine supports this combination (create_execution_plans)");
+    filter();
   };
-  // The first candidate of [from, plan count) that builds: what build_plans(HEURISTICS_CHOICE)
-  // would take, at an index we know. It is the baseline.
+  // The first candidate that builds: what build_plans(HEURISTICS_CHOICE) would take, at an index
+  // we know. It is the baseline.
   std::string failures;
-  const auto build_baseline = [&](std::int64_t from) {
-    for (std::int64_t i = from; i < g.get_execution_plan_count() && r->baseline < 0; ++i) {
+  const auto build_baseline = [&] {
+    const std::int64_t count = g.get_execution_plan_count();
+    for (std::int64_t i = r->first; i < count && r->baseline < 0; ++i) {
       if (auto st = g.build_plan_at_index(i); st.is_good()) r->baseline = i;
       else failures += cat("\nplan ", i, ": ", st.get_message());
     }
     return r->baseline >= 0;
   };
-  // Mode A's list now; B's and the fallback list's on another thread, which tune() appends when
-  // it reaches them (a cached "heuristics' choice" needs only the baseline).
-  r->first = g.get_execution_plan_count();
-  add(fe::HeurMode_t::A);
-  r->end_a = g.get_execution_plan_count();
-  if (!heuristic_hit) {
-    try {
-      r->later = std::async(std::launch::async, query_later_modes, GraphInternals::op_graph_of(g));
-    } catch (const std::system_error&) {  // no thread to be had: append_later queries them itself
-    }
-  }
-  g.deselect_numeric_notes(r->deselected);
-  if (!build_baseline(r->first)) {
-    // Nothing of A's builds: the baseline is B's or the fallback list's first that does. From
-    // here on the three are one list, in that order.
-    const std::int64_t end_a = r->end_a;
-    while (append_later(g, *r, false) >= 0) {
-    }
-    while (append_later(g, *r, true) >= 0) {
-    }
-    r->end_a = g.get_execution_plan_count();
-    if (!build_baseline(end_a)) {
-      // Still nothing: all three lists again, with the usual filters only, as one list.
-      r->deselected = usual;
-      r->first = g.get_execution_plan_count();
-      add(fe::HeurMode_t::A);
-      add(fe::HeurMode_t::B);
-      add(fe::HeurMode_t::FALLBACK);
-      r->end_a = g.get_execution_plan_count();
-      if (r->end_a == r->first)
-        fe_check(last, op, graph_key + ": no cuDNN engine supports this combination (create_execution_plans)");
-      g.deselect_numeric_notes(usual);
-      if (!build_baseline(r->first)) {
-        fe_check(g.check_support(), op, graph_key + ": no cuDNN engine supports this combination");
-        throw CudnnError(op, cat(graph_key, ": build_plans: no plan built", failures));
-      }
+  query();
+  g.deselect_numeric_notes({fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION});
+  if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+  if (!build_baseline()) {
+    query();
+    if (!build_baseline()) {
+      fe_check(g.check_support(), op, graph_key + ": no cuDNN engine supports this combination");
+      throw CudnnError(op, cat(graph_key, ": build_plans: no plan built", failures));
     }
   }
   if (heuristic_hit) {  // the baseline is the stored choice: nothing to time
@@ -686,55 +610,29 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   // first mode_b_first, then the rest of A, of B, and the fallback list. The two heuristics often
   // disagree, B's first choice far faster than A's on some shapes and far slower on others
   // (docs/autotune.md, "Candidates"), while A's good configs can sit as deep as its 14th: A keeps
-  // its order, and B's best guesses are always among the candidates. While B's query still runs
-  // (see LaterModes), A's next configs are timed first, as long as room is left for B's: the same
-  // candidates, in another order (the finals, in turns, do not depend on it). A config's name is
-  // its engine id and every knob: equal names, same plan.
+  // its order, and B's best guesses go first. A config's name is its engine id and every knob:
+  // equal names, same plan.
   const auto name_of = [&g](std::int64_t i) {
     std::string name;
     return g.get_plan_name_at_index(i, name).is_good() ? name : cat("#", i);
   };
-  std::unordered_set<std::string> seen;
-  int tried = 0, failed = 0;
-  enum { baseline, a_while_b_runs, b_first, a_rest, b_rest, fallback, done } phase = baseline;
-  std::int64_t next_a = r.first, b_first_left = mode_b_first;
-  const auto next = [&]() -> std::int64_t {  // the next candidate's plan index; -1: none left
-    for (;;) {
-      std::int64_t i = -1;
-      switch (phase) {
-        case baseline: phase = a_while_b_runs; seen.insert(name_of(r.baseline)); return r.baseline;
-        case a_while_b_runs:
-          if (next_a < r.end_a && tried + mode_b_first < r.options.max_candidates && !later_ready(r)) i = next_a++;
-          else phase = b_first;
-          break;
-        case b_first:
-          if (b_first_left > 0 && (i = append_later(g, r, false)) >= 0) --b_first_left;
-          else phase = a_rest;
-          break;
-        case a_rest:
-          if (next_a < r.end_a) i = next_a++;
-          else phase = b_rest;
-          break;
-        case b_rest:
-          if ((i = append_later(g, r, false)) < 0) phase = fallback;
-          break;
-        case fallback:
-          if ((i = append_later(g, r, true)) < 0) phase = done;
-          break;
-        case done: return -1;
-      }
-      if (i >= 0 && i != r.baseline && seen.insert(name_of(i)).second) return i;
-    }
+  std::vector<std::int64_t> order{r.baseline};
+  std::unordered_set<std::string> seen{name_of(r.baseline)};
+  const auto consider = [&](std::int64_t i) {
+    if (i != r.baseline && seen.insert(name_of(i)).second) order.push_back(i);
   };
+  for (std::int64_t i = r.end_a; i < std::min(r.end_b, r.end_a + mode_b_first); ++i) consider(i);
+  for (std::int64_t i = r.first; i < r.end_a; ++i) consider(i);
+  const std::int64_t count = g.get_execution_plan_count();
+  for (std::int64_t i = r.end_a; i < count; ++i) consider(i);
 
   Bench bench(g, tensors, r.device);
   std::vector<Timed> timed;
+  int tried = 0, failed = 0;
   std::string first_failure;
-  for (bool first = true;; first = false) {  // the baseline always; the others within the budgets
-    if (!first && (tried >= r.options.max_candidates || Clock::now() > deadline)) break;
-    const std::int64_t i = next();
-    if (i < 0) break;
+  for (const std::int64_t i : order) {
     const bool is_baseline = i == r.baseline;
+    if (!is_baseline && (tried >= r.options.max_candidates || Clock::now() > deadline)) break;
     std::string why;
     if (!is_baseline) {
       if (auto st = g.build_plan_at_index(i); st.is_bad()) {
