@@ -6,7 +6,8 @@
 // bias + relu, backward with the bias-gradient epilogue). And the plans cuDNN compiles at build
 // (relu and batch norm here), kept on disk and read back by a fresh graph cache. A warm start
 // that loads a run's plans, tuned ones included, on background threads for the next run. The
-// candidate order: heuristics mode B's first two configs are timed right after the baseline.
+// candidate order: heuristics mode B's first two configs are timed right after the baseline. Engine
+// configs whose knob types only the backend names are stored and replayed.
 #include "parity.hpp"
 #include "scoped_env.hpp"
 #include "temp_dir.hpp"
@@ -283,10 +284,8 @@ std::vector<autotune::RunnerUp> first_of_mode(cudnn_frontend::HeurMode_t mode, c
   std::vector<autotune::RunnerUp> out;
   for (std::int64_t i = 0; i < std::min<std::int64_t>(n, g->get_execution_plan_count()); ++i) {
     if (g->build_plan_at_index(i).is_bad()) continue;
-    autotune::RunnerUp r;
-    std::unordered_map<fe::KnobType_t, std::int64_t> knobs;
-    REQUIRE(g->get_engine_and_knobs_at_index(i, r.engine_id, knobs).is_good());
-    r.knobs = autotune::detail::sorted_knobs(knobs);
+    autotune::RunnerUp r;  // engine id and knobs as the tuner records them
+    REQUIRE(autotune::detail::engine_config_of(*g, i, r.engine_id, r.knobs));
     out.push_back(r);
   }
   return out;
@@ -573,4 +572,54 @@ TEST_CASE("gpu: a warm start loads the plans of an earlier run in the background
     CHECK(cuda::cudnn::build_stats().warm.load() - warm1 == 2);
   }
   cuda::cudnn::clear_graph_cache();
+}
+
+TEST_CASE("gpu autotune: engine configs with knob types only cuDNN's backend names are chosen and replayed") {
+  Restore restore;
+  TempDir dir("autotune_gpu");
+  autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
+  cuda::cudnn::clear_graph_cache();
+  const auto raw_knob = [](const autotune::Knob& k) { return k.type >= autotune::raw_knob_type_base; };
+  // Every candidate of the f32 convolutions (TF32 off) is timed. Among them are engines that still
+  // report knob types cudnn-frontend no longer names (on the H200 with cuDNN 9.19, several per
+  // graph): cutrain keeps those types as the backend's numbers.
+  autotune::set_options({.max_candidates = 100, .max_tuning_ms = 1e9});
+  std::optional<autotune::Result> tuned;
+  autotune::RunnerUp raw;
+  {
+    autotune::ModeGuard mode(autotune::Mode::benchmark);
+    for (const auto& c : tune_cases)
+      for (auto& r : run_convs<float>(c, Layout::nchw)) {
+        if (!r || tuned) continue;
+        for (const auto& t : r->timed)
+          if (std::any_of(t.knobs.begin(), t.knobs.end(), raw_knob)) {
+            tuned = r;
+            raw = t;
+            break;
+          }
+      }
+  }
+  REQUIRE(tuned);  // else no candidate had such a knob: the test no longer covers the case
+  INFO("engine " << raw.engine_id << " with " << raw.knobs.size() << " knobs, for " << tuned->key.signature);
+  // That config becomes the op's stored choice; a fresh graph cache in cached mode must build it
+  // from the entry (no tuning), and the op must still match the CPU (run_convs checks).
+  auto choice = tuned->choice;
+  choice.engine_id = raw.engine_id;
+  choice.knobs = raw.knobs;
+  autotune::cache()->insert(tuned->key, choice);
+  cuda::cudnn::clear_graph_cache();
+  const auto tuned_before = autotune::stats().ops_tuned.load();
+  autotune::ModeGuard mode(autotune::Mode::cached);
+  bool replayed = false;
+  for (const auto& c : tune_cases)
+    for (auto& r : run_convs<float>(c, Layout::nchw)) {
+      REQUIRE(r);
+      CHECK(r->from_cache);
+      if (r->key != tuned->key) continue;
+      replayed = true;
+      CHECK(r->choice.engine_id == raw.engine_id);
+      CHECK(r->choice.knobs == raw.knobs);
+    }
+  CHECK(replayed);
+  CHECK(autotune::stats().ops_tuned.load() == tuned_before);
 }

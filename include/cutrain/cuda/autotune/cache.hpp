@@ -102,8 +102,13 @@ struct Key {
 
 inline bool same_environment(const Key& key, const Environment& env) { return key.environment() == env; }
 
+// A knob's type is a cudnn_frontend::KnobType_t where cudnn-frontend names the backend's knob
+// type, else raw_knob_type_base plus the cuDNN backend type (cudnnBackendKnobType_t): engines
+// that still report knobs the frontend dropped (SPLIT_K, KBLOCK, LDGC, ...) are replayed too.
+inline constexpr std::int64_t raw_knob_type_base = 2000;
+
 struct Knob {
-  std::int64_t type = 0;  // cudnn_frontend::KnobType_t
+  std::int64_t type = 0;  // see raw_knob_type_base
   std::int64_t value = 0;
   bool operator==(const Knob&) const = default;
 };

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -255,6 +256,90 @@ inline std::unordered_map<fe::KnobType_t, std::int64_t> knob_map(const std::vect
   return map;
 }
 
+// cudnn-frontend keeps a graph's lowered operation graph and its list of engine configs
+// protected; create_plan() needs both. Naming the members through a derived class is how C++
+// reaches a protected member of a base object.
+struct GraphInternals : fe::graph::Graph {
+  static std::shared_ptr<fe::OperationGraph_v8> op_graph_of(const fe::graph::Graph& g) {
+    return g.*(&GraphInternals::operation_graph);
+  }
+  static fe::graph::Execution_plan_list& plans_of(fe::graph::Graph& g) { return g.*(&GraphInternals::plans); }
+};
+
+// The engine id and knobs of plan i of g as the cache stores them (Knob, raw_knob_type_base);
+// false when they cannot be read. The frontend maps knob types it has no name for to NOT_SET;
+// those configs are read from the plan's name, "eng<id>_k<backend type>=<value>..." (sorted by
+// type: cudnn-frontend's get_engine_tag), which keeps the backend's types.
+inline bool engine_config_of(fe::graph::Graph& g, std::int64_t i, std::int64_t& engine_id, std::vector<Knob>& knobs) {
+  std::unordered_map<fe::KnobType_t, std::int64_t> named;
+  if (g.get_engine_and_knobs_at_index(i, engine_id, named).is_bad()) return false;
+  if (!named.contains(fe::KnobType_t::NOT_SET)) {
+    knobs = sorted_knobs(named);
+    return true;
+  }
+  std::string name;
+  if (g.get_plan_name_at_index(i, name).is_bad()) return false;
+  const char* at = name.data();
+  const char* const end = name.data() + name.size();
+  const auto number = [&](std::int64_t& v) {
+    const auto [p, ec] = std::from_chars(at, end, v);
+    at = p;
+    return ec == std::errc();
+  };
+  std::int64_t id = -1;
+  if (!name.starts_with("eng") || (at += 3, !number(id)) || id != engine_id) return false;
+  knobs.clear();
+  while (at != end) {
+    std::int64_t type = 0, value = 0;
+    if (end - at < 2 || at[0] != '_' || at[1] != 'k' || (at += 2, !number(type)) || at == end || *at++ != '=' ||
+        !number(value) || type < 0 || type >= raw_knob_type_base)
+      return false;
+    const auto named_type = fe::convert_from_backend_knob_type(static_cast<cudnnBackendKnobType_t>(type));
+    knobs.push_back({named_type == fe::KnobType_t::NOT_SET ? raw_knob_type_base + type : static_cast<std::int64_t>(named_type),
+                     value});
+  }
+  std::sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) { return a.type < b.type; });
+  return true;
+}
+
+// Adds the engine config (engine id and knobs as the cache stores them) to g's candidates, as
+// Graph::create_execution_plan does, and also where a knob type has only the backend's number.
+// False when cuDNN refuses the config.
+inline bool create_plan(fe::graph::Graph& g, std::int64_t engine_id, const std::vector<Knob>& knobs,
+                        std::string_view op, const std::string& graph_key) {
+  if (std::none_of(knobs.begin(), knobs.end(), [](const Knob& k) { return k.type >= raw_knob_type_base; }))
+    return g.create_execution_plan(engine_id, knob_map(knobs)).is_good();
+  const auto og = GraphInternals::op_graph_of(g);
+  if (!og) return false;
+  fe::detail::backend_descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  if (engine.get_status() != CUDNN_STATUS_SUCCESS || fe::detail::create_engine(engine, engine_id, og->get_raw_desc()).is_bad())
+    return false;
+  std::vector<fe::detail::backend_descriptor> choices;
+  for (const Knob& k : knobs) {
+    cudnnBackendKnobType_t type;
+    if (k.type >= raw_knob_type_base) type = static_cast<cudnnBackendKnobType_t>(k.type - raw_knob_type_base);
+    else if (fe::convert_to_backend_knob_type(static_cast<fe::KnobType_t>(k.type), type) != CUDNN_STATUS_SUCCESS)
+      return false;
+    std::int64_t value = k.value;
+    auto& choice = choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    if (choice.get_status() != CUDNN_STATUS_SUCCESS ||
+        fe::detail::set_attribute(choice.get_ptr(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &type) !=
+            CUDNN_STATUS_SUCCESS ||
+        fe::detail::set_attribute(choice.get_ptr(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &value) !=
+            CUDNN_STATUS_SUCCESS ||
+        fe::detail::finalize(choice.get_ptr()) != CUDNN_STATUS_SUCCESS)
+      return false;
+  }
+  auto config = fe::make_shared_backend_pointer(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  if (fe::detail::create_engine_config(config, engine, choices).is_bad()) return false;
+  auto& plans = GraphInternals::plans_of(g);
+  plans.enqueue_engine_configs({config});
+  // A config whose notes cannot be read would leave the list half described, which the filters
+  // read: an error, as for a failed heuristics query.
+  fe_check(plans.query_properties(), op, graph_key + ": reading a stored engine config's notes failed");
+  return true;
+}
+
 // What cached_graph() asked for (through PlanScope) and what build() found (through plan()).
 struct Request {
   int device = 0;
@@ -305,7 +390,7 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
       heuristic_hit = std::move(hit);
     } else if (hit && hit->workspace_bytes <= o.max_workspace_bytes) {
       const std::int64_t index = g.get_execution_plan_count();
-      if (g.create_execution_plan(hit->engine_id, knob_map(hit->knobs)).is_good()) {
+      if (create_plan(g, hit->engine_id, hit->knobs, op, graph_key)) {
         filter();
         if (g.check_support().is_good() && g.build_plan_at_index(index).is_good()) {
           r->hit = std::move(hit);
@@ -462,7 +547,7 @@ struct Timed {
   std::vector<Knob> knobs;
   std::int64_t workspace = 0;
   double median_ms = 0;
-  bool replayable = false;  // its engine id and knobs rebuild it (knob types this frontend knows)
+  bool replayable = false;  // its engine id and knobs were read (engine_config_of): create_plan rebuilds it
   bool screened = false;    // median_ms is only the screen's estimate: not timed fully
 };
 
@@ -647,10 +732,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     ++tried;
     Timed t;
     t.index = i;
-    std::unordered_map<fe::KnobType_t, std::int64_t> knobs;
-    t.replayable = g.get_engine_and_knobs_at_index(i, t.engine_id, knobs).is_good() &&
-                   !knobs.contains(fe::KnobType_t::NOT_SET);
-    t.knobs = sorted_knobs(knobs);
+    t.replayable = engine_config_of(g, i, t.engine_id, t.knobs);
     if (g.get_workspace_size_plan_at_index(i, t.workspace).is_bad() || t.workspace > r.options.max_workspace_bytes) {
       ++failed;
       continue;
