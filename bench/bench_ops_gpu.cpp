@@ -26,9 +26,7 @@ namespace {
 
 using namespace cutrain;
 
-using Shape4 = bench::ConvShape;
-
-std::vector<Shape4> load_shapes() {
+std::vector<bench::ConvShape> load_shapes() {
   // From the repository root (where scripts/gpu-check runs it), else from the source tree.
   auto shapes = bench::read_conv_shapes("bench/conv_shapes.txt");
   return shapes.empty() ? bench::read_conv_shapes(CUTRAIN_BENCH_DIR "/conv_shapes.txt") : shapes;
@@ -60,7 +58,7 @@ double median_ms(F&& fn) {
 }
 
 template <class T>
-void run(benchmark::State& state, const Shape4& s, Dir dir, Layout layout, bool tf32) {
+void run(benchmark::State& state, const bench::ConvShape& s, Dir dir, Layout layout, bool tf32) {
   if (!cuda::available()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -92,7 +90,7 @@ void run(benchmark::State& state, const Shape4& s, Dir dir, Layout layout, bool 
 }
 
 // Fused conv + bias + relu (one graph) next to the same conv alone, bf16 NHWC.
-void run_fused(benchmark::State& state, const Shape4& s, bool fused) {
+void run_fused(benchmark::State& state, const bench::ConvShape& s, bool fused) {
   if (!cuda::available()) {
     state.SkipWithError("no CUDA device");
     return;

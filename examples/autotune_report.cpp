@@ -87,9 +87,10 @@ Tensor<T> filled(const Shape& s, Layout l) {
   return t;
 }
 
-// How a layer runs: its element type and layout, TF32 for f32, and (bf16 suite rows) the fused
-// conv + bias + relu forward as a fourth op.
+// How a layer runs: its element type (bf16, else f32) and layout, TF32 for f32, and (bf16 suite
+// rows) the fused conv + bias + relu forward as a fourth op.
 struct Precision {
+  bool bf16;
   Layout layout;
   bool tf32 = false;
   bool fused = false;
@@ -150,27 +151,26 @@ void run_layer(const Layer& c, Precision pr, std::vector<Row>& rows) {
 struct Entry {
   Layer layer;
   Precision precision;
-  bool bf16;
 };
 std::vector<Entry> layers(const std::vector<bench::ConvShape>& suite) {
   std::vector<Entry> plan;
-  for (const auto& c : resnet) plan.push_back({c, {Layout::nhwc}, true});
-  for (const auto& c : fmnist) plan.push_back({c, {Layout::nchw}, false});
+  for (const auto& c : resnet) plan.push_back({c, {true, Layout::nhwc}});
+  for (const auto& c : fmnist) plan.push_back({c, {false, Layout::nchw}});
   for (const auto& s : suite) {
     Layer l{"bench_suite", s.name, {s.n, s.c, s.h, s.w}, {s.k, s.c, s.r, s.r}, Conv2dParams::make(s.stride, s.pad)};
     const std::string name = l.name;
     l.name = name + " f32";
-    plan.push_back({l, {Layout::nchw}, false});
+    plan.push_back({l, {false, Layout::nchw}});
     l.name = name + " tf32";
-    plan.push_back({l, {Layout::nchw, true}, false});
+    plan.push_back({l, {false, Layout::nchw, true}});
     l.name = name + " bf16";
-    plan.push_back({l, {Layout::nhwc, false, true}, true});
+    plan.push_back({l, {true, Layout::nhwc, false, true}});
   }
   return plan;
 }
 void run_layers(const std::vector<Entry>& plan, std::vector<Row>& rows) {
   for (const auto& e : plan) {
-    if (e.bf16) run_layer<bfloat16>(e.layer, e.precision, rows);
+    if (e.precision.bf16) run_layer<bfloat16>(e.layer, e.precision, rows);
     else run_layer<float>(e.layer, e.precision, rows);
   }
 }
