@@ -12,6 +12,7 @@
 #include "scoped_env.hpp"
 #include "temp_dir.hpp"
 
+#include <link.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -572,6 +573,32 @@ TEST_CASE("gpu: a warm start loads the plans of an earlier run in the background
     CHECK(cuda::cudnn::build_stats().warm.load() - warm1 == 2);
   }
   cuda::cudnn::clear_graph_cache();
+}
+
+TEST_CASE("gpu: the warm start opens cuDNN's engine libraries from the directory of the libcudnn loaded") {
+  cuda::detail::open_cudnn_libraries();
+  std::vector<std::string> parts;  // every libcudnn* object in the process
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) {
+        const std::string_view name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("libcudnn") != std::string_view::npos) static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+        return 0;
+      },
+      &parts);
+  std::string core;
+  for (const auto& p : parts)
+    if (p.find("/libcudnn.so") != std::string::npos) core = p;
+  REQUIRE_FALSE(core.empty());
+  const auto dir = std::filesystem::path(core).parent_path();
+  int engines = 0;
+  for (const auto& p : parts) {
+    INFO(p << " against " << core);
+    std::error_code ec;
+    CHECK(std::filesystem::equivalent(std::filesystem::path(p).parent_path(), dir, ec));  // one copy of cuDNN
+    const auto file = std::filesystem::path(p).filename().string();
+    engines += file.starts_with("libcudnn_engines_precompiled.so") || file.starts_with("libcudnn_engines_runtime_compiled.so");
+  }
+  CHECK(engines == 2);
 }
 
 TEST_CASE("gpu autotune: engine configs with knob types only cuDNN's backend names are chosen and replayed") {

@@ -10,8 +10,12 @@
 // otherwise the op builds its graph as without a warm start. Off with CUTRAIN_PLAN_CACHE=0.
 #pragma once
 
+#include <dlfcn.h>
+#include <link.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -55,6 +59,31 @@ inline bool warm_run(cudnn::BuiltGraph& bg, const std::vector<std::int64_t>& byt
   ok = cudaStreamSynchronize(s) == cudaSuccess && ok;
   if (!ok) (void)cudaGetLastError();
   return ok;
+}
+
+// cuDNN 9 opens its engine and operation libraries (libcudnn_engines_precompiled and others,
+// about 380 MB) at their first use, and a plan of theirs waits for that: on the GPU machine the
+// first convolution plan read by a warm start waited 90-100 ms for it, after the CUDA context.
+// This opens them on a thread of their own from the start, while the workers wait for the context
+// (30-40 ms), from the directory of the libcudnn this process loaded (never another copy); cuDNN's
+// own dlopen by name then finds them open. A library not there is skipped: cuDNN opens it as before.
+inline void open_cudnn_libraries() {
+  std::string core;  // the path of the loaded libcudnn.so.<major>
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) {
+        const std::string_view name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("/libcudnn.so") == std::string_view::npos) return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &core);
+  if (core.empty()) return;
+  const auto dir = std::filesystem::path(core).parent_path();
+  for (const char* part : {"graph", "engines_precompiled", "engines_runtime_compiled", "heuristic", "cnn", "ops"}) {
+    const auto lib = dir / cutrain::detail::cat("libcudnn_", part, ".so.", CUDNN_MAJOR);
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(lib, ec)) (void)dlopen(lib.c_str(), RTLD_LAZY | RTLD_LOCAL);  // never closed
+  }
 }
 
 // One background thread: loads and runs the queued plans, then parks. Its cuDNN handle (the one
@@ -198,23 +227,38 @@ inline std::size_t warm_start(const std::string& name, int device = 0, int threa
                                     : std::clamp<std::size_t>(queued / 2, 1, std::min(8u, cores / 2));
   w.started = std::chrono::steady_clock::now();
   w.threads = static_cast<int>(n);
+  ++w.busy;  // exit waits for the libraries too
+  std::thread([] {
+    auto& w = cudnn::detail::warm_list();
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      detail::open_cudnn_libraries();
+    } catch (...) {  // a warm start never fails the program
+    }
+    std::lock_guard lock(w.mutex);
+    w.libraries_us = detail::micros_since(t0);
+    --w.busy;
+    w.ready.notify_all();
+  }).detach();
   for (std::size_t t = 0; t < n; ++t) std::thread(detail::warm_worker, device, t == 0).detach();
   return queued;
 }
 
 // What the warm start's threads did so far: plans loaded, and of those run once (kernels loaded);
 // the threads, the time they spent reading plans, running them and warming cuBLASLt up (summed
-// over threads), and when the last plan was ready (ms after warm_start).
+// over threads), when the last plan was ready (ms after warm_start), and how long opening cuDNN's
+// libraries took.
 struct WarmStartStats {
   std::int64_t queued = 0, loaded = 0, warmed = 0;
   int threads = 0;
   double load_ms = 0, run_ms = 0, cublas_ms = 0, last_ready_ms = 0;
+  double libraries_ms = 0;  // opening cuDNN's libraries (open_cudnn_libraries)
 };
 inline WarmStartStats warm_start_stats() {
   auto& w = cudnn::detail::warm_list();
   std::lock_guard lock(w.mutex);
   return {w.queued, w.loaded, w.warmed, w.threads, w.load_us / 1e3, w.run_us / 1e3, w.cublas_us / 1e3,
-          w.last_ready_us / 1e3};
+          w.last_ready_us / 1e3, w.libraries_us / 1e3};
 }
 
 }  // namespace cutrain::cuda

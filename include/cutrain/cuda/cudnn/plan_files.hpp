@@ -260,11 +260,11 @@ struct WarmList {
   std::deque<std::shared_ptr<WarmSlot>> queue;                       // what the threads load, in order
   // What the threads did (cuda::warm_start_stats): plans queued, loaded, and of those run once;
   // how many threads, when they started, the microseconds they spent (summed) reading plans,
-  // running them and warming cuBLASLt up, and when the last plan was ready.
+  // running them and warming cuBLASLt up, and when the last plan was ready; opening cuDNN's libraries.
   std::int64_t queued = 0, loaded = 0, warmed = 0;
   int threads = 0;
   std::chrono::steady_clock::time_point started{};
-  std::int64_t load_us = 0, run_us = 0, cublas_us = 0, last_ready_us = 0;
+  std::int64_t load_us = 0, run_us = 0, cublas_us = 0, last_ready_us = 0, libraries_us = 0;
   int busy = 0;                              // threads loading a plan now
   bool stopping = false;                     // the process is exiting: take no more plans
 };
@@ -303,7 +303,7 @@ inline void reset_warm_start() {
   w.lines.clear();
   w.listed.clear();
   w.slots.clear();
-  w.queued = w.loaded = w.warmed = w.load_us = w.run_us = w.cublas_us = w.last_ready_us = 0;
+  w.queued = w.loaded = w.warmed = w.load_us = w.run_us = w.cublas_us = w.last_ready_us = w.libraries_us = 0;
   w.threads = 0;
 }
 
