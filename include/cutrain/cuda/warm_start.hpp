@@ -228,18 +228,22 @@ inline std::size_t warm_start(const std::string& name, int device = 0, int threa
   w.started = std::chrono::steady_clock::now();
   w.threads = static_cast<int>(n);
   ++w.busy;  // exit waits for the libraries too
-  std::thread([] {
-    auto& w = cudnn::detail::warm_list();
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      detail::open_cudnn_libraries();
-    } catch (...) {  // a warm start never fails the program
-    }
-    std::lock_guard lock(w.mutex);
-    w.libraries_us = detail::micros_since(t0);
+  try {
+    std::thread([] {
+      auto& w = cudnn::detail::warm_list();
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        detail::open_cudnn_libraries();
+      } catch (...) {  // a warm start never fails the program
+      }
+      std::lock_guard lock(w.mutex);
+      w.libraries_us = detail::micros_since(t0);
+      --w.busy;
+      w.ready.notify_all();
+    }).detach();
+  } catch (...) {  // no thread to be had: cuDNN opens its libraries itself, as without a warm start
     --w.busy;
-    w.ready.notify_all();
-  }).detach();
+  }
   for (std::size_t t = 0; t < n; ++t) std::thread(detail::warm_worker, device, t == 0).detach();
   return queued;
 }
