@@ -7,9 +7,12 @@ Benchmark output of bench_ops_gpu) it prints cutrain/PyTorch per row (below 1 me
 faster). The fused conv + bias + relu row compares with PyTorch's conv ALONE (the target: fusion
 costs nothing). With --tuned JSON (bench_ops_gpu's conv and fused rows run again
 with CUTRAIN_AUTOTUNE=benchmark) it adds the tuned plans' time and ratio to those rows.
+The conv rows are also timed with cudnn.benchmark off (PyTorch's heuristics alone, cutrain's
+heuristic mode's counterpart), in a process of their own: PyTorch keeps one plan cache for both
+settings, so one process would reuse the other setting's plans. --no-heuristic leaves that out.
   python3 bench/torch_ops.py --cutrain conv.json [--tuned tuned.json] --out torch_ops.json
 """
-import argparse, json, os, statistics
+import argparse, json, os, statistics, subprocess, sys, tempfile
 import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -55,6 +58,23 @@ def run(tag, dtype, channels_last, tf32):
     return res
 
 
+def run_convs():
+    return {**run("fp32_nchw", torch.float32, False, False),
+            **run("fp32_tf32_nchw", torch.float32, False, True),
+            **run("bf16_nhwc", torch.bfloat16, True, False)}
+
+
+def heuristic_ms():
+    """The conv rows with cudnn.benchmark off, timed by a child process (see the docstring)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "heuristic.json")
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--heuristic-out", out])
+        if r.returncode != 0:
+            print(f"torch_ops: the benchmark-off run failed (exit {r.returncode}); its columns are left out")
+            return {}
+        return json.load(open(out))
+
+
 def run_extra():
     res = {}
     # conv alone and conv + bias + relu, bf16 channels-last
@@ -94,16 +114,21 @@ def main():
     ap.add_argument("--cutrain")
     ap.add_argument("--tuned")
     ap.add_argument("--out")
+    ap.add_argument("--no-heuristic", action="store_true", help="leave the benchmark-off conv rows out")
+    ap.add_argument("--heuristic-out", help=argparse.SUPPRESS)  # the child process of heuristic_ms()
     args = ap.parse_args()
+    if args.heuristic_out:
+        torch.backends.cudnn.benchmark = False
+        json.dump(run_convs(), open(args.heuristic_out, "w"))
+        return
+    heur = {} if args.no_heuristic else heuristic_ms()
     torch.backends.cudnn.benchmark = True
     torch_ms = {}
-    torch_ms.update(run("fp32_nchw", torch.float32, False, False))
-    torch_ms.update(run("fp32_tf32_nchw", torch.float32, False, True))
-    torch_ms.update(run("bf16_nhwc", torch.bfloat16, True, False))
+    torch_ms.update(run_convs())
     torch_ms.update(run_extra())
     if args.out:
-        json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "ms": torch_ms},
-                  open(args.out, "w"), indent=1)
+        json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "ms": torch_ms,
+                   "ms_benchmark_off": heur}, open(args.out, "w"), indent=1)
     def load(path):
         out = {}
         if path:
@@ -121,8 +146,13 @@ def main():
     nan = float("nan")
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
     head = f"{'row':42s} {'cutrain ms':>11s} {'torch ms':>9s} {'ratio':>6s}"
-    print(head + (f" {'tuned ms':>9s} {'tuned ratio':>11s}" if tuned else ""))
+    head += f" {'tuned ms':>9s} {'tuned ratio':>11s}" if tuned else ""
+    # benchmark off: PyTorch's heuristic plan, its ratio to PyTorch's benchmark mode, and cutrain's
+    # heuristic plan against it (heuristics against heuristics)
+    head += f" {'torch heur ms':>13s} {'heur/bench':>10s} {'c/t heur':>8s}" if heur else ""
+    print(head)
     ratios, tuned_ratios, fused_ratios = [], [], []
+    heur_ratios, heur_heur = {}, []
     for key, t in torch_ms.items():
         c, u = cut.get(key), tuned.get(key)
         conv = key.endswith(("/fwd", "/dgrad", "/wgrad"))
@@ -136,6 +166,14 @@ def main():
         line = f"{key:42s} {c if c else nan:11.4f} {t:9.4f} {c / t if c else nan:6.2f}"
         if tuned and (conv or fused):
             line += f" {u if u else nan:9.4f} {u / t if u else nan:11.2f}"
+        elif tuned and heur.get(key):
+            line += " " * 22
+        if heur.get(key):
+            h = heur[key]
+            heur_ratios[key] = h / t
+            if c:
+                heur_heur.append(c / h)
+            line += f" {h:13.4f} {h / t:10.2f} {c / h if c else nan:8.2f}"
         print(line)
     if ratios:
         print(f"geometric mean cutrain/torch over the {len(ratios)} conv fwd/dgrad/wgrad rows: "
@@ -144,6 +182,14 @@ def main():
         print(f"geometric mean cutrain/torch over the {len(tuned_ratios)} conv fwd/dgrad/wgrad rows: "
               f"{statistics.geometric_mean(tuned_ratios):.3f} (tuned plans); at or below PyTorch on "
               f"{sum(r <= 1.0 for r in tuned_ratios)}, within 1.03 on {sum(r <= 1.03 for r in tuned_ratios)}")
+    if heur_ratios:
+        above = sorted((r, k) for k, r in heur_ratios.items() if r > 1.10)
+        print(f"PyTorch's own heuristic plans (benchmark off) against its benchmark mode, {len(heur_ratios)} conv rows: "
+              f"geometric mean {statistics.geometric_mean(heur_ratios.values()):.3f}; {len(above)} above 1.10"
+              + (": " + ", ".join(f"{k} {r:.2f}" for r, k in reversed(above)) if above else ""))
+    if heur_heur:
+        print(f"cutrain's heuristic plans against PyTorch's heuristic plans, {len(heur_heur)} conv rows: geometric mean "
+              f"{statistics.geometric_mean(heur_heur):.3f}; within 1.10 on {sum(r <= 1.10 for r in heur_heur)}")
     if fused_ratios:
         print(f"fused conv + bias + relu (tuned plans) against PyTorch's conv alone, {len(fused_ratios)} rows: "
               f"within 1.05 on {sum(r <= 1.05 for r in fused_ratios)}, largest {max(fused_ratios):.3f}")
