@@ -109,9 +109,10 @@ int main(int argc, char** argv) {
     const auto& ks = cuda::kernels::stats();
     const auto ws = cuda::warm_start_stats();
     std::printf("warm start %s: %zu plans listed, %lld loaded by its %d threads (%lld also run once), the last ready "
-                "%.1f ms after the start; thread time: reading %.1f ms, running %.1f ms, cuBLASLt %.1f ms, cuDNN's libraries %.1f ms\n",
+                "%.1f ms after the start, cuBLASLt's warm-up done at %.1f ms; thread time: reading %.1f ms, running %.1f ms, "
+                "cuBLASLt %.1f ms, cuDNN's libraries %.1f ms\n",
                 warm.c_str(), queued, static_cast<long long>(ws.loaded), ws.threads, static_cast<long long>(ws.warmed),
-                ws.last_ready_ms, ws.load_ms, ws.run_ms, ws.cublas_ms, ws.libraries_ms);
+                ws.last_ready_ms, ws.cublas_ready_ms, ws.load_ms, ws.run_ms, ws.cublas_ms, ws.libraries_ms);
     std::printf("cuDNN graphs built %lld (%lld read from plan files, %lld of those by the warm start) in %.1f ms; NVRTC "
                 "modules loaded %llu (%llu compiled) in %.1f ms\n",
                 static_cast<long long>(bs.graphs.load()), static_cast<long long>(bs.from_files.load()),

@@ -556,6 +556,9 @@ TEST_CASE("gpu: a warm start loads the plans of an earlier run in the background
   const auto st = cuda::warm_start_stats();
   CHECK(st.loaded == 3);
   CHECK(st.warmed == 3);
+  // The first thread warmed cuBLASLt up before its plans (the busy count covers it: reset waits).
+  CHECK(st.cublas_ready_ms >= 0);
+  CHECK(st.cublas_ready_ms <= st.last_ready_ms);
   const auto warm0 = cuda::cudnn::build_stats().warm.load();
   const auto tuned0 = autotune::stats().ops_tuned.load();
   run();

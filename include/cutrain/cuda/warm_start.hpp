@@ -107,6 +107,7 @@ inline void warm_worker(int device, bool cublas_first) {
           ~Done() {
             std::lock_guard lock(w.mutex);
             w.cublas_us += micros_since(t0);
+            w.cublas_ready_us = micros_since(w.started);
             --w.busy;
             w.ready.notify_all();
           }
@@ -250,19 +251,20 @@ inline std::size_t warm_start(const std::string& name, int device = 0, int threa
 
 // What the warm start's threads did so far: plans loaded, and of those run once (kernels loaded);
 // the threads, the time they spent reading plans, running them and warming cuBLASLt up (summed
-// over threads), when the last plan was ready (ms after warm_start), and how long opening cuDNN's
-// libraries took.
+// over threads), when the last plan was ready (ms after warm_start), how long opening cuDNN's
+// libraries took, and when the cuBLASLt warm-up ended.
 struct WarmStartStats {
   std::int64_t queued = 0, loaded = 0, warmed = 0;
   int threads = 0;
   double load_ms = 0, run_ms = 0, cublas_ms = 0, last_ready_ms = 0;
   double libraries_ms = 0;  // opening cuDNN's libraries (open_cudnn_libraries)
+  double cublas_ready_ms = -1;  // when the cuBLASLt warm-up ended (ms after warm_start); -1: not (yet)
 };
 inline WarmStartStats warm_start_stats() {
   auto& w = cudnn::detail::warm_list();
   std::lock_guard lock(w.mutex);
   return {w.queued, w.loaded, w.warmed, w.threads, w.load_us / 1e3, w.run_us / 1e3, w.cublas_us / 1e3,
-          w.last_ready_us / 1e3, w.libraries_us / 1e3};
+          w.last_ready_us / 1e3, w.libraries_us / 1e3, w.cublas_ready_us < 0 ? -1.0 : w.cublas_ready_us / 1e3};
 }
 
 }  // namespace cutrain::cuda

@@ -265,6 +265,7 @@ struct WarmList {
   int threads = 0;
   std::chrono::steady_clock::time_point started{};
   std::int64_t load_us = 0, run_us = 0, cublas_us = 0, last_ready_us = 0, libraries_us = 0;
+  std::int64_t cublas_ready_us = -1;         // when the cuBLASLt warm-up ended (after started); -1: not yet
   int busy = 0;                              // threads loading a plan now
   bool stopping = false;                     // the process is exiting: take no more plans
 };
@@ -304,6 +305,7 @@ inline void reset_warm_start() {
   w.listed.clear();
   w.slots.clear();
   w.queued = w.loaded = w.warmed = w.load_us = w.run_us = w.cublas_us = w.last_ready_us = w.libraries_us = 0;
+  w.cublas_ready_us = -1;
   w.threads = 0;
 }
 
