@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -584,6 +585,34 @@ class Bench {
     return time_rounds(run, stream_, start_, stop_, deadline, finish, screen);
   }
 
+  // A screen queued without waiting (see tune()): the warm-up run, then two rounds of `reps` runs
+  // between three events. Its estimate (the faster round) is read once the stream has finished:
+  // estimate() after synchronize().
+  struct Queued {
+    Event e0, e1, e2;
+    int reps = 1;
+    double estimate() const { return std::min(e1.elapsed_ms(e0), e2.elapsed_ms(e1)) / reps; }
+  };
+  // False (with why) when a run fails to launch; runs queued before it still execute.
+  bool queue_screen(std::int64_t index, std::int64_t workspace_bytes, int reps, Queued& q, std::string& why) {
+    // A larger workspace replaces the old one, which goes back to the device cache for this
+    // stream: the queued runs still using it finish before the stream can hand it out again.
+    void* ws = workspace(workspace_bytes);
+    const auto run = [&] { return ok(g_.execute_plan_at_index(handle_, uids_, ws, index), why); };
+    if (!run()) return false;  // the warm-up: its first launch loads the plan's kernels
+    q.reps = reps;
+    q.e0.record(stream_);
+    for (int k = 0; k < reps; ++k)
+      if (!run()) return false;
+    q.e1.record(stream_);
+    for (int k = 0; k < reps; ++k)
+      if (!run()) return false;
+    q.e2.record(stream_);
+    return true;
+  }
+  // Waits for everything queued; false (with why) when a run failed on the GPU.
+  bool synchronize(std::string& why) { return synced(why); }
+
   // The finals: plans timed in turns, one round each per turn, so that a slow spell of the GPU
   // (clocks still settling, say) falls on all of them alike, not on whichever was timed during it.
   // Each plan's screen estimate (its median_ms) sets its executions per round; the rounds repeat
@@ -715,6 +744,16 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   std::vector<Timed> timed;
   int tried = 0, failed = 0;
   std::string first_failure;
+  // With the screen on, the baseline is screened and waited for; the candidates after it are
+  // queued (Bench::queue_screen) with executions per round set by the baseline's, and the stream is
+  // synchronized once, after the last: while the GPU runs one candidate's rounds, the host builds
+  // the next and loads its kernels, instead of each waiting for the other.
+  struct Pending {
+    Timed t;
+    Bench::Queued q;
+  };
+  std::deque<Pending> pending;  // Events do not move: a deque keeps them in place
+  int screen_reps = 0;          // set from the baseline's screen
   for (const std::int64_t i : order) {
     const bool is_baseline = i == r.baseline;
     if (!is_baseline && (tried >= r.options.max_candidates || Clock::now() > deadline)) break;
@@ -739,6 +778,16 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     }
     if (is_baseline) bench.spin_up(i, t.workspace, 3.0);
     t.screened = r.options.screen_ratio > 0;
+    if (t.screened && !is_baseline && screen_reps > 0) {
+      Pending& p = pending.emplace_back();
+      p.t = std::move(t);
+      if (!bench.queue_screen(i, p.t.workspace, screen_reps, p.q, why)) {
+        pending.pop_back();
+        ++failed;
+        if (first_failure.empty()) first_failure = why;
+      }
+      continue;
+    }
     const auto ms = bench.time(i, t.workspace, deadline, is_baseline, why, t.screened);
     if (!ms) {
       ++failed;
@@ -747,7 +796,24 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     }
     stats().candidates_timed.fetch_add(1);
     t.median_ms = *ms;
+    // Rounds of about half a round_ms at the baseline's speed: a candidate's own speed is not known
+    // when its screen is queued, and one far slower than the baseline should not cost much more.
+    if (is_baseline && t.screened) screen_reps = std::max(1, Rounds::reps(*ms) / 2);
     timed.push_back(std::move(t));
+  }
+  if (!pending.empty()) {
+    std::string why;
+    const bool ran = bench.synchronize(why);
+    for (Pending& p : pending) {
+      if (!ran) {  // an error on the GPU: none of the queued estimates can be trusted
+        ++failed;
+        if (first_failure.empty()) first_failure = why;
+        continue;
+      }
+      p.t.median_ms = p.q.estimate();
+      stats().candidates_timed.fetch_add(1);
+      timed.push_back(std::move(p.t));
+    }
   }
   // The candidates whose screen came within screen_ratio of the fastest screen are timed fully,
   // in turns, with the baseline; the others drop out. Most candidates are far slower than the
