@@ -610,8 +610,15 @@ class Bench {
     q.e2.record(stream_);
     return true;
   }
-  // Waits for everything queued; false (with why) when a run failed on the GPU.
-  bool synchronize(std::string& why) { return synced(why); }
+  // Waits for everything queued on the stream; false (with why) when a run failed on the GPU.
+  bool synced(std::string& why) {
+    if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      why = cat("the warm-up run failed: ", cudaGetErrorString(e));
+      return false;
+    }
+    return true;
+  }
 
   // The finals: plans timed in turns, one round each per turn, so that a slow spell of the GPU
   // (clocks still settling, say) falls on all of them alike, not on whichever was timed during it.
@@ -681,14 +688,6 @@ class Bench {
     why = st.get_message();
     return false;
   }
-  bool synced(std::string& why) {
-    if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
-      (void)cudaGetLastError();
-      why = cat("the warm-up run failed: ", cudaGetErrorString(e));
-      return false;
-    }
-    return true;
-  }
   void* workspace(std::int64_t bytes) {
     if (bytes <= 0) return nullptr;
     if (static_cast<std::int64_t>(ws_.bytes()) < bytes) ws_ = Storage(static_cast<std::size_t>(bytes), Device::cuda(device_));
@@ -744,6 +743,10 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   std::vector<Timed> timed;
   int tried = 0, failed = 0;
   std::string first_failure;
+  const auto fail = [&](const std::string& why) {  // a candidate that did not build or run
+    ++failed;
+    if (first_failure.empty()) first_failure = why;
+  };
   // With the screen on, the baseline is screened and waited for; the candidates after it are
   // queued (Bench::queue_screen) with executions per round set by the baseline's, and the stream is
   // synchronized once, after the last: while the GPU runs one candidate's rounds, the host builds
@@ -763,8 +766,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
         // Configs the strict-f32 or determinism filter deselected are not candidates at all.
         if (st.get_message().find("Deselecting execution plan") != std::string::npos) continue;
         ++tried;
-        ++failed;
-        if (first_failure.empty()) first_failure = st.get_message();
+        fail(st.get_message());
         continue;
       }
     }
@@ -783,15 +785,13 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       p.t = std::move(t);
       if (!bench.queue_screen(i, p.t.workspace, screen_reps, p.q, why)) {
         pending.pop_back();
-        ++failed;
-        if (first_failure.empty()) first_failure = why;
+        fail(why);
       }
       continue;
     }
     const auto ms = bench.time(i, t.workspace, deadline, is_baseline, why, t.screened);
     if (!ms) {
-      ++failed;
-      if (first_failure.empty()) first_failure = why;
+      fail(why);
       continue;
     }
     stats().candidates_timed.fetch_add(1);
@@ -803,11 +803,10 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   }
   if (!pending.empty()) {
     std::string why;
-    const bool ran = bench.synchronize(why);
+    const bool ran = bench.synced(why);  // an error on the GPU: none of the queued estimates can be trusted
     for (Pending& p : pending) {
-      if (!ran) {  // an error on the GPU: none of the queued estimates can be trusted
-        ++failed;
-        if (first_failure.empty()) first_failure = why;
+      if (!ran) {
+        fail(why);
         continue;
       }
       p.t.median_ms = p.q.estimate();
