@@ -5,7 +5,7 @@
 // loaded), of the tenth, and the median of steps 10-29, each step synchronized.
 //
 //   resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE] [--warm-start on|off]
-//                     [--warm-threads N]
+//                     [--warm-threads N] [--max-candidates N] [--mode-b-first N] [--mode-b-below F]
 //
 // Run it with --mode heuristic (no tuning), then twice with --mode cached on a fresh --cache
 // file: the first of those tunes every graph of the step (its first step minus the heuristic
@@ -13,7 +13,9 @@
 // plan in the file (its first step against the tenth: the warm start). With --warm-start on (the
 // default) the program calls cuda::warm_start first, so that a run loads the plans the previous
 // run of the same mode used on background threads while it builds the model; "setup" is then
-// partly that. Exits 77 without a GPU.
+// partly that. --max-candidates, --mode-b-first and --mode-b-below set the autotune::Options of
+// those names.
+// Exits 77 without a GPU.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,16 +38,20 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   std::string mode = "heuristic", cache_path, warm = "on";
   int warm_threads = 0;
+  autotune::Options options;  // --max-candidates, --mode-b-first, --mode-b-below
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--mode" && i + 1 < argc) mode = argv[++i];
     else if (a == "--cache" && i + 1 < argc) cache_path = argv[++i];
     else if (a == "--warm-threads" && i + 1 < argc) warm_threads = std::atoi(argv[++i]);
+    else if (a == "--max-candidates" && i + 1 < argc) options.max_candidates = std::atoi(argv[++i]);
+    else if (a == "--mode-b-first" && i + 1 < argc) options.mode_b_first = std::atoi(argv[++i]);
+    else if (a == "--mode-b-below" && i + 1 < argc) options.mode_b_below = std::atof(argv[++i]);
     else if (a == "--warm-start" && i + 1 < argc && (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off"))
       warm = argv[++i];
     else {
       std::cerr << "usage: resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE] [--warm-start on|off] "
-                   "[--warm-threads N]\n";
+                   "[--warm-threads N] [--max-candidates N] [--mode-b-first N] [--mode-b-below F]\n";
       return 2;
     }
   }
@@ -61,6 +67,7 @@ int main(int argc, char** argv) {
     }
     const auto t_start = Clock::now();
     autotune::set_mode(*m);
+    autotune::set_options(options);  // throws on a bad value
     if (!cache_path.empty()) autotune::set_cache(std::make_shared<autotune::Cache>(cache_path));
     // One list per mode: a heuristic run and a tuned run use different plans.
     const std::size_t queued = warm == "on" ? cuda::warm_start("resnet_first_step-" + mode, 0, warm_threads) : 0;
@@ -103,6 +110,11 @@ int main(int argc, char** argv) {
     std::printf("graphs and matmuls tuned %lld (candidates timed %lld), planned from the cache %lld; loss %.4f -> %.4f\n",
                 static_cast<long long>(st.ops_tuned.load()), static_cast<long long>(st.candidates_timed.load()),
                 static_cast<long long>(st.cache_hits.load()), loss0, loss_last);
+    std::printf("tuning's wall time: heuristics' queries %.1f ms, candidates' builds %.1f ms, timing %.1f ms, cache "
+                "saves %.1f ms; spin-ups skipped %lld; mode B asked for %lld graphs\n",
+                st.query_micros.load() / 1e3, st.build_micros.load() / 1e3, st.timing_micros.load() / 1e3,
+                st.save_micros.load() / 1e3, static_cast<long long>(st.spin_ups_skipped.load()),
+                static_cast<long long>(st.mode_b_queries.load()));
     // Where the first step's time went: building the cuDNN graphs (plans chosen, cached, tuned)
     // and loading cutrain's NVRTC kernels (compiled, or read from their disk cache).
     const auto& bs = cuda::cudnn::build_stats();

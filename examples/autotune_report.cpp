@@ -11,16 +11,20 @@
 //       conv + bias + relu forward; a graph that an earlier row built is not listed again
 //
 //   autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive] [--suite FILE]
+//                   [--max-candidates N] [--mode-b-first N] [--mode-b-below F] [--candidates-json FILE]
 //
 // --cache uses that cache file instead of the default ($CUTRAIN_AUTOTUNE_CACHE, else
 // ~/.cache/cutrain/autotune.json); benchmark mode writes what it finds there. --mode cached shows
 // the cache's entries being replayed (nothing timed on a hit). --exhaustive then tunes every op
 // again with no limit on candidates (and a memory-only cache), and prints, per op, how the chosen
-// engine compares with the fastest of all candidates, both timed in that second pass. Exits 77
-// without a GPU.
+// engine compares with the fastest of all candidates, both timed in that second pass.
+// --max-candidates, --mode-b-first and --mode-b-below set the first pass's autotune::Options of
+// those names (defaults 18, 2 and 0.9), to weigh tuning time against the choices; --candidates-json writes every
+// op's candidates of the second pass (engine, places in cuDNN's lists, time). Exits 77 without a GPU.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -226,11 +230,13 @@ json::Value to_json(const std::vector<Row>& rows, const autotune::Environment& e
 // screen, a 30 s budget per op, a memory-only cache, graphs built afresh). The first pass's choice is found
 // among the candidates by engine id and knobs (cuDNN's heuristic choice, engine -1, is the
 // baseline, timed first) and compared with the fastest, both timed in this pass.
-void compare_with_all_candidates(const std::vector<Entry>& plan, const std::vector<Row>& first) {
+void compare_with_all_candidates(const std::vector<Entry>& plan, const std::vector<Row>& first,
+                                 const std::string& dump_path) {
   autotune::Options all;
   all.max_candidates = 1000;
   all.screen_ratio = 0;  // every candidate timed fully
   all.max_tuning_ms = 30000;
+  all.mode_b_below = 2;  // mode B asked for every graph: its configs are candidates too
   autotune::set_options(all);
   autotune::set_cache(std::make_shared<autotune::Cache>(""));
   cuda::cudnn::clear_graph_cache();
@@ -240,7 +246,7 @@ void compare_with_all_candidates(const std::vector<Entry>& plan, const std::vect
     std::printf("\n-- every candidate (second pass) --\n");
     run_layers(plan, second);
   }
-  autotune::set_options({});
+  autotune::set_options({});  // the defaults again
   std::printf("\n%-18s %-24s %-5s %10s %10s %8s %6s %7s\n", "model", "layer", "op", "chosen ms", "best ms", "ratio",
               "timed", "best at");
   int compared = 0, within = 0;
@@ -272,20 +278,43 @@ void compare_with_all_candidates(const std::vector<Entry>& plan, const std::vect
   }
   std::printf("\nthe chosen plan within 3%% of the fastest of all candidates on %d of %d ops (worst %.3fx)\n", within,
               compared, worst);
+  if (dump_path.empty()) return;
+  // --candidates-json: every op's candidates in the order timed, with their places in cuDNN's
+  // lists, to weigh other candidate orders and counts against the first pass's choices.
+  json::Value::Array ops;
+  for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
+    const auto& b = second[i].result;
+    if (!b) continue;
+    json::Value::Array cands;
+    for (std::size_t k = 0; k < b->timed.size(); ++k)
+      cands.push_back(json::Value::Object{{"engine", engine_text(b->timed[k].engine_id, b->timed[k].knobs)},
+                                          {"origin", k < b->origins.size() ? b->origins[k] : ""},
+                                          {"ms", b->timed[k].median_ms}});
+    const auto& a = first[i].result;
+    ops.push_back(json::Value::Object{{"model", first[i].model}, {"layer", first[i].layer},
+                                      {"direction", first[i].direction},
+                                      {"chosen", a ? engine_text(a->choice.engine_id, a->choice.knobs) : ""},
+                                      {"candidates", std::move(cands)}});
+  }
+  std::ofstream f(dump_path);
+  f << json::dump(json::Value::Object{{"ops", std::move(ops)}}, 1) << "\n";
+  if (!f) std::fprintf(stderr, "autotune_report: cannot write %s\n", dump_path.c_str());
 }
 
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr << "autotune_report: " << msg << "\n"
-            << "usage: autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive] [--suite FILE]\n";
+            << "usage: autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive] [--suite FILE]\n"
+               "                       [--max-candidates N] [--mode-b-first N] [--mode-b-below F] [--candidates-json FILE]\n";
   std::exit(2);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string json_path, cache_path;
+  std::string json_path, cache_path, candidates_path;
   autotune::Mode mode = autotune::Mode::benchmark;
   bool exhaustive = false;
+  autotune::Options options;  // the first pass's (--max-candidates, --mode-b-first, --mode-b-below)
   std::vector<bench::ConvShape> suite;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -294,11 +323,25 @@ int main(int argc, char** argv) try {
       return argv[++i];
     };
     if (a == "--json") json_path = value();
+    else if (a == "--candidates-json") candidates_path = value();
     else if (a == "--cache") cache_path = value();
     else if (a == "--mode") {
       const auto m = autotune::parse_mode(value());
       if (!m) usage("--mode takes benchmark, cached or heuristic");
       mode = *m;
+    } else if (a == "--mode-b-below") {
+      const std::string v = value();
+      char* end = nullptr;
+      options.mode_b_below = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(options.mode_b_below >= 0 && options.mode_b_below <= 100))
+        usage("--mode-b-below takes a factor from 0 to 100");
+    } else if (a == "--max-candidates" || a == "--mode-b-first") {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < (a == "--max-candidates" ? 1 : 0) || n > 1000)
+        usage(a + " takes a whole number (--max-candidates 1-1000, --mode-b-first 0-1000)");
+      (a == "--max-candidates" ? options.max_candidates : options.mode_b_first) = static_cast<int>(n);
     } else if (a == "--exhaustive") {
       exhaustive = true;
     } else if (a == "--suite") {
@@ -315,6 +358,7 @@ int main(int argc, char** argv) try {
     return 77;
   }
   if (!cache_path.empty()) autotune::set_cache(std::make_shared<autotune::Cache>(cache_path));
+  autotune::set_options(options);
   const auto env = autotune::environment(0);
   std::printf("%s (%d SMs, sm_%s), cuDNN %lld, cudnn-frontend %lld, mode %s, cache %s\n", env.gpu_name.c_str(),
               env.sm_count, env.compute_capability.c_str(), static_cast<long long>(env.cudnn_version),
@@ -349,7 +393,7 @@ int main(int argc, char** argv) try {
                 heuristic_sum / chosen_sum);
   std::printf("\n");
 
-  if (exhaustive) compare_with_all_candidates(plan, rows);
+  if (exhaustive) compare_with_all_candidates(plan, rows, candidates_path);
 
   if (!json_path.empty()) {
     std::ofstream out(json_path);

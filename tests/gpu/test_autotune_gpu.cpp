@@ -6,7 +6,8 @@
 // bias + relu, backward with the bias-gradient epilogue). And the plans cuDNN compiles at build
 // (relu and batch norm here), kept on disk and read back by a fresh graph cache. A warm start
 // that loads a run's plans, tuned ones included, on background threads for the next run. The
-// candidate order: heuristics mode B's first two configs are timed right after the baseline. Engine
+// candidate order: heuristics mode B's first two configs are timed right after the baseline when B
+// is asked, and B is not asked when the options say never. Engine
 // configs whose knob types only the backend names are stored and replayed.
 #include "parity.hpp"
 #include "scoped_env.hpp"
@@ -133,6 +134,8 @@ TEST_CASE("gpu autotune: modes and guards") {
   CHECK_THROWS_AS(autotune::set_options({.max_candidates = 0}), InvalidArgument);
   CHECK_THROWS_AS(autotune::set_options({.max_tuning_ms = -1}), InvalidArgument);
   CHECK_THROWS_AS(autotune::set_options({.screen_ratio = 0.5}), InvalidArgument);
+  CHECK_THROWS_AS(autotune::set_options({.mode_b_below = -1}), InvalidArgument);
+  CHECK_THROWS_AS(autotune::set_options({.mode_b_first = -1}), InvalidArgument);
 }
 
 TEST_CASE("gpu autotune: benchmark tunes conv plans that match the CPU backend; the cache file replays them") {
@@ -299,9 +302,9 @@ TEST_CASE("gpu autotune: heuristics mode B's first two configs are timed right a
   TempDir dir("autotune_gpu");
   autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
   cuda::cudnn::clear_graph_cache();
-  // Three candidates: the baseline (mode A's first) and mode B's first two; every one timed
-  // fully, with no time budget to cut the list short.
-  autotune::set_options({.max_candidates = 3, .max_tuning_ms = 1e9, .screen_ratio = 0});
+  // Three candidates: the baseline (mode A's first) and mode B's first two, B asked for every
+  // graph (mode_b_below above 1); every one timed fully, with no time budget to cut the list short.
+  autotune::set_options({.max_candidates = 3, .max_tuning_ms = 1e9, .screen_ratio = 0, .mode_b_below = 2});
   autotune::ModeGuard mode(autotune::Mode::benchmark);
   const auto same = [](const autotune::RunnerUp& u, const autotune::RunnerUp& v) {
     return u.engine_id == v.engine_id && u.knobs == v.knobs;
@@ -330,12 +333,16 @@ TEST_CASE("gpu autotune: heuristics mode B's first two configs are timed right a
     ++separating;
     INFO("case " << c.name);
     autotune::clear_last_result();
+    const auto asked = autotune::stats().mode_b_queries.load();
     cuda::cudnn::conv2d_forward(x, w, Tensor<cutrain::bfloat16>{}, c.p, y);
     check_close(cutrain::detail::cat("tuned fprop ", c.name), y, ops::conv2d_forward(xr, wr, c.p));
+    CHECK(autotune::stats().mode_b_queries.load() == asked + 1);
     const auto r = autotune::last_result();
     REQUIRE(r);
     REQUIRE(!r->from_cache);
     REQUIRE(r->timed.size() <= 3);
+    REQUIRE(r->origins.size() == r->timed.size());
+    CHECK(r->origins.front().find("A1") != std::string::npos);
     // The baseline is A's first that builds; each of B's first two is timed too.
     if (!a.empty()) CHECK(same(r->timed.front(), a.front()));
     for (const auto& want : b) {
@@ -346,6 +353,35 @@ TEST_CASE("gpu autotune: heuristics mode B's first two configs are timed right a
     }
   }
   if (separating == 0) WARN("on no case here do mode B's first two lie outside mode A's first three: the order is untested");
+  cuda::synchronize();
+}
+
+TEST_CASE("gpu autotune: heuristics mode B is not asked when mode_b_first or mode_b_below is 0") {
+  Restore restore;
+  TempDir dir("autotune_gpu");
+  autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
+  autotune::ModeGuard mode(autotune::Mode::benchmark);
+  const TuneCase& c = tune_cases[0];
+  Rng rng(4242);
+  auto [x, xr] = random_pair<cutrain::bfloat16>(c.x, rng, Layout::nhwc);
+  auto [w, wr] = random_pair<cutrain::bfloat16>(c.w, rng, Layout::nhwc);
+  for (const autotune::Options o : {autotune::Options{.mode_b_below = 2, .mode_b_first = 0},
+                                    autotune::Options{.mode_b_below = 0}}) {
+    INFO("mode_b_first " << o.mode_b_first << ", mode_b_below " << o.mode_b_below);
+    autotune::set_options(o);
+    cuda::cudnn::clear_graph_cache();
+    autotune::clear_last_result();
+    const auto asked = autotune::stats().mode_b_queries.load();
+    auto y = poisoned<cutrain::bfloat16>(conv2d_output_shape(c.x, c.w, c.p), Layout::nhwc);
+    cuda::cudnn::conv2d_forward(x, w, Tensor<cutrain::bfloat16>{}, c.p, y);
+    check_close(cutrain::detail::cat("tuned fprop ", c.name), y, ops::conv2d_forward(xr, wr, c.p));
+    CHECK(autotune::stats().mode_b_queries.load() == asked);
+    const auto r = autotune::last_result();
+    REQUIRE(r);
+    REQUIRE(!r->from_cache);
+    REQUIRE(r->origins.size() == r->timed.size());
+    for (const auto& where : r->origins) CHECK(where.find('B') == std::string::npos);
+  }
   cuda::synchronize();
 }
 
@@ -610,10 +646,10 @@ TEST_CASE("gpu autotune: engine configs with knob types only cuDNN's backend nam
   autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
   cuda::cudnn::clear_graph_cache();
   const auto raw_knob = [](const autotune::Knob& k) { return k.type >= autotune::raw_knob_type_base; };
-  // Every candidate of the f32 convolutions (TF32 off) is timed. Among them are engines that still
+  // Every candidate of the f32 convolutions (TF32 off) is timed, mode B's too. Among them are engines that still
   // report knob types cudnn-frontend no longer names (on the H200 with cuDNN 9.19, several per
   // graph): cutrain keeps those types as the backend's numbers.
-  autotune::set_options({.max_candidates = 100, .max_tuning_ms = 1e9});
+  autotune::set_options({.max_candidates = 100, .max_tuning_ms = 1e9, .mode_b_below = 2});
   std::optional<autotune::Result> tuned;
   autotune::RunnerUp raw;
   {

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <deque>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -78,6 +79,12 @@ struct Options {
   // mostly runtime-fused engines that cuDNN compiles at build: about 1.3 s per graph to tune
   // (ResNet-18 on the H200: 16 such graphs, 21 s), against about 40 ms per convolution.
   bool tune_all_graphs = false;
+  // cuDNN's heuristics mode B is asked for a graph only when the screen of mode A's candidates
+  // found one faster than mode_b_below times A's first choice (above 1: for every graph), and its
+  // first mode_b_first new configs are then tried next, within max_candidates (0: B is never
+  // asked). Its query costs 17-28 ms per graph on the H200, mode A's 1-2 ms; see tune().
+  double mode_b_below = 0.9;
+  int mode_b_first = 2;
 };
 
 // What tuning did in this process (for tests and reports).
@@ -85,6 +92,13 @@ struct Stats {
   std::atomic<std::int64_t> candidates_timed{0};  // plans timed, the heuristic baseline included
   std::atomic<std::int64_t> ops_tuned{0};         // graphs whose candidates were timed
   std::atomic<std::int64_t> cache_hits{0};        // graphs planned from a cache entry, nothing timed
+  // Where tuning went (wall time on the tuning threads, microseconds). For cuDNN graphs: the
+  // heuristics' queries and the baseline's build (plan()), the other candidates' builds, and the
+  // rest of tune() (scratch buffers, runs, waiting for the GPU). For graphs and matmuls alike:
+  // writing the cache file after each one tuned.
+  std::atomic<std::int64_t> query_micros{0}, build_micros{0}, timing_micros{0}, save_micros{0};
+  std::atomic<std::int64_t> spin_ups_skipped{0};  // baselines timed without spin_up (see tune())
+  std::atomic<std::int64_t> mode_b_queries{0};    // graphs whose tuning asked heuristics mode B
 };
 inline Stats& stats() {
   static Stats s;
@@ -100,6 +114,9 @@ struct Result {
   // empty for a cache hit. For reports (autotune_report --exhaustive, which turns the screen
   // off: a candidate the screen dropped has its screen estimate here).
   std::vector<RunnerUp> timed{};
+  // For each of `timed`: where cuDNN listed its config, as 1-based places in heuristics mode A,
+  // mode B and the fallback list ("A3 B1", "F2"), for reports that weigh the candidate order.
+  std::vector<std::string> origins{};
 };
 
 namespace detail {
@@ -193,6 +210,10 @@ inline void set_options(const Options& o) {
                   o.max_workspace_bytes, " is negative");
   CUTRAIN_REQUIRE(std::isfinite(o.max_tuning_ms) && o.max_tuning_ms > 0, InvalidArgument, "autotune::set_options",
                   "max_tuning_ms ", o.max_tuning_ms, " must be a positive time");
+  CUTRAIN_REQUIRE(o.mode_b_first >= 0, InvalidArgument, "autotune::set_options", "mode_b_first ", o.mode_b_first,
+                  " is negative");
+  CUTRAIN_REQUIRE(std::isfinite(o.mode_b_below) && o.mode_b_below >= 0, InvalidArgument, "autotune::set_options",
+                  "mode_b_below ", o.mode_b_below, " must be a finite factor, 0 or more");
   auto& s = detail::settings();
   std::lock_guard lock(s.mutex);
   s.options = o;
@@ -341,6 +362,38 @@ inline bool create_plan(fe::graph::Graph& g, std::int64_t engine_id, const std::
   return true;
 }
 
+inline std::int64_t micros_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Appends heuristics mode `mode`'s engine configs to g's candidates; returns where they end. A
+// mode with no engine for the graph leaves its status in `last`.
+inline std::int64_t add_heuristics(fe::graph::Graph& g, fe::HeurMode_t mode, std::string_view op,
+                                   const std::string& graph_key, fe::error_t& last) {
+  const std::int64_t before = g.get_execution_plan_count();
+  if (auto st = g.create_execution_plans({mode}); st.is_bad()) {
+    // A failure after configs were added left them half described (their notes unread), which
+    // the filters would read: an error, as for one query of all three modes.
+    if (g.get_execution_plan_count() != before)
+      fe_check(st, op, graph_key + ": create_execution_plans failed while reading the candidates");
+    last = st;
+  }
+  return g.get_execution_plan_count();
+}
+
+// What every candidate must satisfy: no tensor cores in strict f32, determinism when asked for.
+inline void base_filters(fe::graph::Graph& g, bool strict_f32, bool deterministic_only) {
+  if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE});
+  if (deterministic_only) g.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+}
+
+// Timing favours the fastest plan, so engines that trade accuracy for speed are left out where
+// others exist (plan()): reductions in less than f32, and (strict f32) inputs converted down.
+inline void speed_filters(fe::graph::Graph& g, bool strict_f32) {
+  g.deselect_numeric_notes({fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION});
+  if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+}
+
 // What cached_graph() asked for (through PlanScope) and what build() found (through plan()).
 struct Request {
   int device = 0;
@@ -353,7 +406,10 @@ struct Request {
   std::optional<Choice> hit;        // the cache entry replayed
   std::int64_t plan_index = -1;     // the replayed engine's plan, when hit
   std::int64_t first = 0;           // the heuristics' candidates are [first, plan count):
-  std::int64_t end_a = 0, end_b = 0;  // mode A's [first, end_a), B's [end_a, end_b), then fallback's
+  std::int64_t end_a = 0, end_f = 0;  // mode A's [first, end_a), the fallback list's [end_a, end_f),
+  std::int64_t end_b = -1;          // mode B's [end_f, end_b) once asked (-1: not asked; see tune())
+  bool speed_filtered = false;      // speed_filters() is on (plan(); off when nothing else was left)
+  bool strict_f32 = false;
   std::int64_t baseline = -1;       // the heuristics' first choice that builds
 };
 inline Request*& current_request() {
@@ -378,10 +434,7 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
   r->key = Key::make(r->op, graph_key + (o.deterministic_only ? " deterministic" : ""), "cudnn", env);
 
   g.deselect_workspace_greater_than(o.max_workspace_bytes);
-  const auto filter = [&] {
-    if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE});
-    if (o.deterministic_only) g.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
-  };
+  const auto filter = [&] { base_filters(g, strict_f32, o.deterministic_only); };
 
   std::optional<Choice> heuristic_hit;  // a cache entry that says "cuDNN's heuristic choice"
   if (r->mode == Mode::cached) {
@@ -406,25 +459,19 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
   // Timing favours the fastest plan, so engines that trade accuracy for speed are left out where
   // others exist: reductions in less than f32, and (strict f32) inputs converted down. If nothing
   // is left, the candidates are queried again with the usual filters only.
-  // One query per mode, so that tune() knows which list a candidate came from. A mode with no
-  // engine for the graph is not an error; all three without one is.
+  // One query per mode, so that tune() knows which list a candidate came from: mode A and the
+  // fallback list here, mode B (about 17-28 ms per graph on the H200, A's 1-2 ms) only when tune()
+  // finds it worth asking, or here when the other two have nothing. A mode with no engine for the
+  // graph is not an error; all three without one is.
+  r->strict_f32 = strict_f32;
   const auto query = [&] {
     r->first = g.get_execution_plan_count();
     fe::error_t last;
-    const auto add = [&](fe::HeurMode_t mode) {  // returns where the mode's list ends
-      const std::int64_t before = g.get_execution_plan_count();
-      if (auto st = g.create_execution_plans({mode}); st.is_bad()) {
-        // A failure after configs were added left them half described (their notes unread),
-        // which the filters below would read: an error, as for one query of all three modes.
-        if (g.get_execution_plan_count() != before)
-          fe_check(st, op, graph_key + ": create_execution_plans failed while reading the candidates");
-        last = st;
-      }
-      return g.get_execution_plan_count();
-    };
-    r->end_a = add(fe::HeurMode_t::A);
-    r->end_b = add(fe::HeurMode_t::B);
-    add(fe::HeurMode_t::FALLBACK);
+    r->end_a = add_heuristics(g, fe::HeurMode_t::A, op, graph_key, last);
+    r->end_f = add_heuristics(g, fe::HeurMode_t::FALLBACK, op, graph_key, last);
+    r->end_b = -1;
+    if (g.get_execution_plan_count() == r->first && o.mode_b_first > 0)
+      r->end_b = add_heuristics(g, fe::HeurMode_t::B, op, graph_key, last);
     if (g.get_execution_plan_count() == r->first)
       fe_check(last, op, graph_key + ": no cuDNN engine supports this combination (create_execution_plans)");
     filter();
@@ -440,16 +487,19 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
     }
     return r->baseline >= 0;
   };
+  const auto t_query = std::chrono::steady_clock::now();
   query();
-  g.deselect_numeric_notes({fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION});
-  if (strict_f32) g.deselect_numeric_notes({fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+  speed_filters(g, strict_f32);
+  r->speed_filtered = true;
   if (!build_baseline()) {
+    r->speed_filtered = false;
     query();
     if (!build_baseline()) {
       fe_check(g.check_support(), op, graph_key + ": no cuDNN engine supports this combination");
       throw CudnnError(op, cat(graph_key, ": build_plans: no plan built", failures));
     }
   }
+  stats().query_micros.fetch_add(micros_since(t_query));
   if (heuristic_hit) {  // the baseline is the stored choice: nothing to time
     r->hit = std::move(heuristic_hit);
     r->plan_index = r->baseline;
@@ -705,8 +755,14 @@ class Bench {
   Event start_, stop_;
 };
 
-// How many of heuristics mode B's first candidates are tried right after the baseline.
-inline constexpr std::int64_t mode_b_first = 2;
+// The baseline is timed after Bench::spin_up (about 3 ms of its runs) so that the GPU's clocks
+// are up, unless this thread finished tuning a graph less than clocks_stay_up_ms ago: the GPU ran
+// that graph's candidates then, and a model's first step tunes its graphs one after the other.
+inline constexpr int clocks_stay_up_ms = 100;
+inline std::chrono::steady_clock::time_point& last_tuned() {
+  thread_local std::chrono::steady_clock::time_point t{};
+  return t;
+}
 
 // Times the candidates of r (see plan()), picks the fastest, records it in the cache. Returns
 // the chosen plan index and its workspace, or nothing when no candidate could be timed (the
@@ -719,25 +775,36 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
                                  std::chrono::duration<double, std::milli>(r.options.max_tuning_ms));
   cutrain::detail::DeviceGuard on(r.device);
 
-  // Distinct engine configs (modes A and B overlap): the baseline (A's first), then mode B's
-  // first mode_b_first, then the rest of A, of B, and the fallback list. The two heuristics often
-  // disagree, B's first choice far faster than A's on some shapes and far slower on others
-  // (docs/autotune.md, "Candidates"), while A's good configs can sit as deep as its 14th: A keeps
-  // its order, and B's best guesses go first. A config's name is its engine id and every knob:
-  // equal names, same plan.
+  // Distinct engine configs, in this order: the baseline (A's first), the rest of mode A's list,
+  // the fallback list; mode B's configs are added when it is asked (below). A config's name is its
+  // engine id and every knob: equal names, same plan.
   const auto name_of = [&g](std::int64_t i) {
     std::string name;
     return g.get_plan_name_at_index(i, name).is_good() ? name : cat("#", i);
   };
   std::vector<std::int64_t> order{r.baseline};
   std::unordered_set<std::string> seen{name_of(r.baseline)};
-  const auto consider = [&](std::int64_t i) {
-    if (i != r.baseline && seen.insert(name_of(i)).second) order.push_back(i);
+  const auto distinct = [&](std::int64_t from, std::int64_t to) {
+    std::vector<std::int64_t> out;
+    for (std::int64_t i = from; i < to; ++i)
+      if (i != r.baseline && seen.insert(name_of(i)).second) out.push_back(i);
+    return out;
   };
-  for (std::int64_t i = r.end_a; i < std::min(r.end_b, r.end_a + mode_b_first); ++i) consider(i);
-  for (std::int64_t i = r.first; i < r.end_a; ++i) consider(i);
-  const std::int64_t count = g.get_execution_plan_count();
-  for (std::int64_t i = r.end_a; i < count; ++i) consider(i);
+  {
+    const auto listed = distinct(r.first, g.get_execution_plan_count());
+    order.insert(order.end(), listed.begin(), listed.end());
+  }
+  // Each config's places in cuDNN's lists, by name (Result::origins).
+  std::unordered_map<std::string, std::string> origin;
+  const auto note_places = [&](std::int64_t from, std::int64_t to, char list) {
+    for (std::int64_t i = from; i < to; ++i) {
+      auto& o = origin[name_of(i)];
+      if (o.find(list) == std::string::npos) o += cat(o.empty() ? "" : " ", list, i - from + 1);
+    }
+  };
+  note_places(r.first, r.end_a, 'A');
+  note_places(r.end_a, r.end_f, 'F');
+  if (r.end_b >= 0) note_places(r.end_f, r.end_b, 'B');
 
   Bench bench(g, tensors, r.device);
   std::vector<Timed> timed;
@@ -749,59 +816,75 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   };
   // With the screen on, the baseline is screened and waited for; the candidates after it are
   // queued (Bench::queue_screen) with executions per round set by the baseline's, and the stream is
-  // synchronized once, after the last: while the GPU runs one candidate's rounds, the host builds
-  // the next and loads its kernels, instead of each waiting for the other.
+  // synchronized only when their estimates are needed (collect(): before deciding on mode B, and
+  // after the last): while the GPU runs one candidate's rounds, the host builds the next and loads
+  // its kernels, instead of each waiting for the other.
   struct Pending {
     Timed t;
     Bench::Queued q;
   };
   std::deque<Pending> pending;  // Events do not move: a deque keeps them in place
   int screen_reps = 0;          // set from the baseline's screen
-  for (const std::int64_t i : order) {
-    const bool is_baseline = i == r.baseline;
-    if (!is_baseline && (tried >= r.options.max_candidates || Clock::now() > deadline)) break;
-    std::string why;
-    if (!is_baseline) {
-      if (auto st = g.build_plan_at_index(i); st.is_bad()) {
-        // Configs the strict-f32 or determinism filter deselected are not candidates at all.
-        if (st.get_message().find("Deselecting execution plan") != std::string::npos) continue;
-        ++tried;
-        fail(st.get_message());
+  std::int64_t build_us = 0;    // the candidates' plan builds (Stats::build_micros)
+  std::int64_t b_us = 0;        // asking mode B (counted in Stats::query_micros)
+  std::size_t next = 0;         // order[next] is the next candidate to try
+  // Tries the candidates in order until `limit` were tried (deselected configs do not count).
+  const auto try_until = [&](int limit) {
+    for (; next < order.size(); ++next) {
+      const std::int64_t i = order[next];
+      const bool is_baseline = i == r.baseline;
+      if (!is_baseline && (tried >= limit || Clock::now() > deadline)) break;
+      std::string why;
+      if (!is_baseline) {
+        const auto t_build = Clock::now();
+        auto st = g.build_plan_at_index(i);
+        build_us += micros_since(t_build);
+        if (st.is_bad()) {
+          // Configs the strict-f32 or determinism filter deselected are not candidates at all.
+          if (st.get_message().find("Deselecting execution plan") != std::string::npos) continue;
+          ++tried;
+          fail(st.get_message());
+          continue;
+        }
+      }
+      ++tried;
+      Timed t;
+      t.index = i;
+      t.replayable = engine_config_of(g, i, t.engine_id, t.knobs);
+      if (g.get_workspace_size_plan_at_index(i, t.workspace).is_bad() || t.workspace > r.options.max_workspace_bytes) {
+        ++failed;
         continue;
       }
-    }
-    ++tried;
-    Timed t;
-    t.index = i;
-    t.replayable = engine_config_of(g, i, t.engine_id, t.knobs);
-    if (g.get_workspace_size_plan_at_index(i, t.workspace).is_bad() || t.workspace > r.options.max_workspace_bytes) {
-      ++failed;
-      continue;
-    }
-    if (is_baseline) bench.spin_up(i, t.workspace, 3.0);
-    t.screened = r.options.screen_ratio > 0;
-    if (t.screened && !is_baseline && screen_reps > 0) {
-      Pending& p = pending.emplace_back();
-      p.t = std::move(t);
-      if (!bench.queue_screen(i, p.t.workspace, screen_reps, p.q, why)) {
-        pending.pop_back();
-        fail(why);
+      if (is_baseline) {
+        if (Clock::now() - last_tuned() < std::chrono::milliseconds(clocks_stay_up_ms)) stats().spin_ups_skipped.fetch_add(1);
+        else bench.spin_up(i, t.workspace, 3.0);
       }
-      continue;
+      t.screened = r.options.screen_ratio > 0;
+      if (t.screened && !is_baseline && screen_reps > 0) {
+        Pending& p = pending.emplace_back();
+        p.t = std::move(t);
+        if (!bench.queue_screen(i, p.t.workspace, screen_reps, p.q, why)) {
+          pending.pop_back();
+          fail(why);
+        }
+        continue;
+      }
+      const auto ms = bench.time(i, t.workspace, deadline, is_baseline, why, t.screened);
+      if (!ms) {
+        fail(why);
+        continue;
+      }
+      stats().candidates_timed.fetch_add(1);
+      t.median_ms = *ms;
+      // Rounds of about half a round_ms at the baseline's speed: a candidate's own speed is not known
+      // when its screen is queued, and one far slower than the baseline should not cost much more.
+      if (is_baseline && t.screened) screen_reps = std::max(1, Rounds::reps(*ms) / 2);
+      timed.push_back(std::move(t));
     }
-    const auto ms = bench.time(i, t.workspace, deadline, is_baseline, why, t.screened);
-    if (!ms) {
-      fail(why);
-      continue;
-    }
-    stats().candidates_timed.fetch_add(1);
-    t.median_ms = *ms;
-    // Rounds of about half a round_ms at the baseline's speed: a candidate's own speed is not known
-    // when its screen is queued, and one far slower than the baseline should not cost much more.
-    if (is_baseline && t.screened) screen_reps = std::max(1, Rounds::reps(*ms) / 2);
-    timed.push_back(std::move(t));
-  }
-  if (!pending.empty()) {
+  };
+  // Waits for the queued screens and reads their estimates.
+  const auto collect = [&] {
+    if (pending.empty()) return;
     std::string why;
     const bool ran = bench.synced(why);  // an error on the GPU: none of the queued estimates can be trusted
     for (Pending& p : pending) {
@@ -813,7 +896,43 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       stats().candidates_timed.fetch_add(1);
       timed.push_back(std::move(p.t));
     }
+    pending.clear();
+  };
+
+  // Mode B's guesses. The two heuristics often disagree, B's first choice far faster than A's on
+  // some shapes and far slower on others, and A's good configs can sit as deep as its 14th
+  // (docs/autotune.md, "Candidates"). But B's query costs 17-28 ms per graph, and on most graphs
+  // A's first choice is its best or close to it. So A's list goes first, with room left for B's
+  // first mode_b_first; once its screens are in, B is asked only when one of them came out faster
+  // than mode_b_below times the baseline (A ranked this graph poorly), and its new guesses go next.
+  const int b_room = r.end_b < 0 ? std::clamp(r.options.mode_b_first, 0, std::max(0, r.options.max_candidates - 1)) : 0;
+  try_until(r.options.max_candidates - b_room);
+  collect();
+  if (b_room > 0 && Clock::now() <= deadline) {
+    double base_ms = -1, fastest = std::numeric_limits<double>::infinity();
+    for (const auto& t : timed) {
+      fastest = std::min(fastest, t.median_ms);
+      if (t.index == r.baseline) base_ms = t.median_ms;
+    }
+    if (base_ms > 0 && fastest < r.options.mode_b_below * base_ms) {
+      const auto t_b = Clock::now();
+      fe::error_t none;
+      const std::int64_t from = g.get_execution_plan_count();
+      r.end_b = add_heuristics(g, fe::HeurMode_t::B, r.op, r.graph_key, none);
+      base_filters(g, r.strict_f32, r.options.deterministic_only);
+      if (r.speed_filtered) speed_filters(g, r.strict_f32);
+      note_places(from, r.end_b, 'B');
+      const auto guesses = distinct(from, r.end_b);
+      const auto split = guesses.begin() + std::min<std::ptrdiff_t>(b_room, static_cast<std::ptrdiff_t>(guesses.size()));
+      order.insert(order.begin() + static_cast<std::ptrdiff_t>(next), guesses.begin(), split);
+      order.insert(order.end(), split, guesses.end());
+      stats().mode_b_queries.fetch_add(1);
+      b_us = micros_since(t_b);
+      stats().query_micros.fetch_add(b_us);
+    }
   }
+  try_until(r.options.max_candidates);
+  collect();
   // The candidates whose screen came within screen_ratio of the fastest screen are timed fully,
   // in turns, with the baseline; the others drop out. Most candidates are far slower than the
   // best, and two short rounds show it: full timing goes to the few that could win. The baseline
@@ -850,6 +969,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   const Timed& best = take_base ? *base : *ranked.front();
   (void)g.build_plan_at_index(best.index);  // built already: makes it the graph's default plan too
 
+  last_tuned() = Clock::now();
   Choice c;
   c.engine_id = take_base ? heuristic_engine : best.engine_id;
   if (!take_base) c.knobs = best.knobs;
@@ -863,6 +983,9 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     c.runner_up = RunnerUp{ranked[second]->engine_id, ranked[second]->knobs, ranked[second]->median_ms};
 
   stats().ops_tuned.fetch_add(1);
+  stats().build_micros.fetch_add(build_us);
+  stats().timing_micros.fetch_add(micros_since(t0) - build_us - b_us);
+  const auto t_save = Clock::now();
   try {
     const auto store = cache();
     use_environment(*store, r.key.environment());
@@ -871,9 +994,14 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   } catch (const cutrain::Error& e) {
     warn(cat(r.op, ": the choice was not stored (", e.what(), ")"));
   }
+  stats().save_micros.fetch_add(micros_since(t_save));
   std::vector<RunnerUp> all;
-  for (const auto& t : timed) all.push_back(RunnerUp{t.engine_id, t.knobs, t.median_ms});
-  last() = Result{r.key, std::move(c), false, std::move(all)};
+  std::vector<std::string> origins;
+  for (const auto& t : timed) {
+    all.push_back(RunnerUp{t.engine_id, t.knobs, t.median_ms});
+    origins.push_back(origin[name_of(t.index)]);
+  }
+  last() = Result{r.key, std::move(c), false, std::move(all), std::move(origins)};
   return std::pair{best.index, best.workspace};
 }
 
