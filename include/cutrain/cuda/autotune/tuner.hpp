@@ -922,10 +922,23 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       base_filters(g, r.strict_f32, r.options.deterministic_only);
       if (r.speed_filtered) speed_filters(g, r.strict_f32);
       note_places(from, r.end_b, 'B');
-      const auto guesses = distinct(from, r.end_b);
-      const auto split = guesses.begin() + std::min<std::ptrdiff_t>(b_room, static_cast<std::ptrdiff_t>(guesses.size()));
-      order.insert(order.begin() + static_cast<std::ptrdiff_t>(next), guesses.begin(), split);
-      order.insert(order.end(), split, guesses.end());
+      // B's first b_room configs not tried yet go next; those A or the fallback list also hold
+      // move up from their places there. B's configs no other list holds go last.
+      std::unordered_set<std::string> done, up_names;
+      for (std::size_t k = 0; k < next; ++k) done.insert(name_of(order[k]));
+      std::vector<std::int64_t> up;
+      for (std::int64_t i = from; i < r.end_b && static_cast<int>(up.size()) < b_room; ++i) {
+        std::string name = name_of(i);
+        if (done.contains(name) || !up_names.insert(name).second) continue;
+        seen.insert(std::move(name));
+        up.push_back(i);
+      }
+      order.erase(std::remove_if(order.begin() + static_cast<std::ptrdiff_t>(next), order.end(),
+                                 [&](std::int64_t i) { return up_names.contains(name_of(i)); }),
+                  order.end());
+      order.insert(order.begin() + static_cast<std::ptrdiff_t>(next), up.begin(), up.end());
+      const auto rest = distinct(from, r.end_b);
+      order.insert(order.end(), rest.begin(), rest.end());
       stats().mode_b_queries.fetch_add(1);
       b_us = micros_since(t_b);
       stats().query_micros.fetch_add(b_us);
