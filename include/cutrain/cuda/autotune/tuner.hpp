@@ -409,7 +409,7 @@ struct Request {
   std::int64_t end_a = 0, end_f = 0;  // mode A's [first, end_a), the fallback list's [end_a, end_f),
   std::int64_t end_b = -1;          // mode B's [end_f, end_b) once asked (-1: not asked; see tune())
   bool speed_filtered = false;      // speed_filters() is on (plan(); off when nothing else was left)
-  bool strict_f32 = false;
+  bool strict_f32 = false;          // TF32 off: no tensor-core engines (plan())
   std::int64_t baseline = -1;       // the heuristics' first choice that builds
 };
 inline Request*& current_request() {
