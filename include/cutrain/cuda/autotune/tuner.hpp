@@ -79,10 +79,12 @@ struct Options {
   // mostly runtime-fused engines that cuDNN compiles at build: about 1.3 s per graph to tune
   // (ResNet-18 on the H200: 16 such graphs, 21 s), against about 40 ms per convolution.
   bool tune_all_graphs = false;
-  // cuDNN's heuristics mode B is asked for a graph only when the screen of mode A's candidates
-  // found one faster than mode_b_below times A's first choice (above 1: for every graph), and its
-  // first mode_b_first new configs are then tried next, within max_candidates (0: B is never
-  // asked). Its query costs 17-28 ms per graph on the H200, mode A's 1-2 ms; see tune().
+  // cuDNN's heuristics mode B is asked for a graph only when the screen of mode A's (and the
+  // fallback list's) candidates found one faster than mode_b_below times the baseline, A's first
+  // choice (above 1: for every graph, within the time budget), and its first mode_b_first untried
+  // configs are then tried next, within max_candidates. 0 for either: B is not asked, unless
+  // nothing of A's or the fallback list's builds (and mode_b_first is not 0). Its query costs
+  // 17-28 ms per graph on the H200, mode A's 1-2 ms; see tune().
   double mode_b_below = 0.9;
   int mode_b_first = 2;
 };
@@ -419,9 +421,9 @@ inline Request*& current_request() {
 
 // Called by cudnn::build() once the graph is validated and lowered. Returns false when no tuning
 // mode asked for this graph (build() then plans with the heuristics, as always). Otherwise plans
-// it: replays the cached engine (cached mode, hit), or queries the candidates of heuristics modes
-// A, B and fallback and builds the first that builds, the baseline that finish() times the
-// others against. Strict f32 excludes tensor-core engines, as build() does; plans needing more
+// it: replays the cached engine (cached mode, hit), or queries the candidates of heuristics mode
+// A and the fallback list (mode B only when those have none, or none builds; tune() may ask it
+// later) and builds the first that builds, the baseline that finish() times the others against. Strict f32 excludes tensor-core engines, as build() does; plans needing more
 // workspace than the options allow are excluded too.
 inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& graph_key, bool strict_f32) {
   Request* r = current_request();
@@ -461,8 +463,9 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
   // is left, the candidates are queried again with the usual filters only.
   // One query per mode, so that tune() knows which list a candidate came from: mode A and the
   // fallback list here, mode B (about 17-28 ms per graph on the H200, A's 1-2 ms) only when tune()
-  // finds it worth asking, or here when the other two have nothing. A mode with no engine for the
-  // graph is not an error; all three without one is.
+  // finds it worth asking, or here when the other two have nothing (or nothing that builds) and
+  // mode_b_first allows it. A mode with no engine for the graph is not an error; all of them
+  // without one is.
   r->strict_f32 = strict_f32;
   const auto query = [&] {
     r->first = g.get_execution_plan_count();
@@ -470,8 +473,10 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
     r->end_a = add_heuristics(g, fe::HeurMode_t::A, op, graph_key, last);
     r->end_f = add_heuristics(g, fe::HeurMode_t::FALLBACK, op, graph_key, last);
     r->end_b = -1;
-    if (g.get_execution_plan_count() == r->first && o.mode_b_first > 0)
+    if (g.get_execution_plan_count() == r->first && o.mode_b_first > 0) {
       r->end_b = add_heuristics(g, fe::HeurMode_t::B, op, graph_key, last);
+      stats().mode_b_queries.fetch_add(1);
+    }
     if (g.get_execution_plan_count() == r->first)
       fe_check(last, op, graph_key + ": no cuDNN engine supports this combination (create_execution_plans)");
     filter();
@@ -494,7 +499,14 @@ inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& gr
   if (!build_baseline()) {
     r->speed_filtered = false;
     query();
-    if (!build_baseline()) {
+    // Nothing of A's or the fallback list's builds: mode B's configs are candidates too.
+    if (!build_baseline() && r->end_b < 0 && o.mode_b_first > 0) {
+      fe::error_t none;
+      r->end_b = add_heuristics(g, fe::HeurMode_t::B, op, graph_key, none);
+      stats().mode_b_queries.fetch_add(1);
+      filter();
+    }
+    if (r->baseline < 0 && !build_baseline()) {
       fe_check(g.check_support(), op, graph_key + ": no cuDNN engine supports this combination");
       throw CudnnError(op, cat(graph_key, ": build_plans: no plan built", failures));
     }
@@ -756,11 +768,16 @@ class Bench {
 };
 
 // The baseline is timed after Bench::spin_up (about 3 ms of its runs) so that the GPU's clocks
-// are up, unless this thread finished tuning a graph less than clocks_stay_up_ms ago: the GPU ran
-// that graph's candidates then, and a model's first step tunes its graphs one after the other.
+// are up, unless this thread finished tuning a graph on the same device less than
+// clocks_stay_up_ms ago: the GPU ran that graph's candidates then, and a model's first step tunes
+// its graphs one after the other.
 inline constexpr int clocks_stay_up_ms = 100;
-inline std::chrono::steady_clock::time_point& last_tuned() {
-  thread_local std::chrono::steady_clock::time_point t{};
+struct LastTuned {
+  int device = -1;
+  std::chrono::steady_clock::time_point when{};
+};
+inline LastTuned& last_tuned() {
+  thread_local LastTuned t;
   return t;
 }
 
@@ -775,8 +792,9 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
                                  std::chrono::duration<double, std::milli>(r.options.max_tuning_ms));
   cutrain::detail::DeviceGuard on(r.device);
 
-  // Distinct engine configs, in this order: the baseline (A's first), the rest of mode A's list,
-  // the fallback list; mode B's configs are added when it is asked (below). A config's name is its
+  // Distinct engine configs, in this order: the baseline (the first that builds, normally A's
+  // first), the rest of mode A's list, the fallback list; mode B's configs are added when it is
+  // asked (below), or follow when plan() had to ask it. A config's name is its
   // engine id and every knob: equal names, same plan.
   const auto name_of = [&g](std::int64_t i) {
     std::string name;
@@ -856,7 +874,9 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
         continue;
       }
       if (is_baseline) {
-        if (Clock::now() - last_tuned() < std::chrono::milliseconds(clocks_stay_up_ms)) stats().spin_ups_skipped.fetch_add(1);
+        const bool clocks_up = last_tuned().device == r.device &&
+                               Clock::now() - last_tuned().when < std::chrono::milliseconds(clocks_stay_up_ms);
+        if (clocks_up) stats().spin_ups_skipped.fetch_add(1);
         else bench.spin_up(i, t.workspace, 3.0);
       }
       t.screened = r.options.screen_ratio > 0;
@@ -902,10 +922,14 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   // Mode B's guesses. The two heuristics often disagree, B's first choice far faster than A's on
   // some shapes and far slower on others, and A's good configs can sit as deep as its 14th
   // (docs/autotune.md, "Candidates"). But B's query costs 17-28 ms per graph, and on most graphs
-  // A's first choice is its best or close to it. So A's list goes first, with room left for B's
-  // first mode_b_first; once its screens are in, B is asked only when one of them came out faster
-  // than mode_b_below times the baseline (A ranked this graph poorly), and its new guesses go next.
-  const int b_room = r.end_b < 0 ? std::clamp(r.options.mode_b_first, 0, std::max(0, r.options.max_candidates - 1)) : 0;
+  // A's first choice is its best or close to it. So A's list (and the fallback list) goes first,
+  // with room left for B's first mode_b_first; once their screens are in, B is asked only when
+  // one of them came out faster than mode_b_below times the baseline (A ranked this graph
+  // poorly), and its untried guesses go next. With max_candidates - mode_b_first = 1 only the
+  // baseline is timed before the decision, so B is asked only with mode_b_below above 1.
+  const int b_room = r.end_b < 0 && r.options.mode_b_below > 0
+                         ? std::clamp(r.options.mode_b_first, 0, std::max(0, r.options.max_candidates - 1))
+                         : 0;
   try_until(r.options.max_candidates - b_room);
   collect();
   if (b_room > 0 && Clock::now() <= deadline) {
@@ -974,7 +998,12 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   for (const auto& t : timed)
     if (t.index == r.baseline) base = &t;
   const bool take_base = base && !base->replayable && (ranked.empty() || base->median_ms < ranked.front()->median_ms);
+  const auto account = [&] {  // Stats: where this graph's tuning went
+    stats().build_micros.fetch_add(build_us);
+    stats().timing_micros.fetch_add(micros_since(t0) - build_us - b_us);
+  };
   if (ranked.empty() && !take_base) {
+    account();
     warn(cat(r.op, ": no candidate plan could be timed", first_failure.empty() ? "" : " (" + first_failure + ")",
              "; keeping cuDNN's heuristic choice"));
     return std::nullopt;
@@ -982,7 +1011,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   const Timed& best = take_base ? *base : *ranked.front();
   (void)g.build_plan_at_index(best.index);  // built already: makes it the graph's default plan too
 
-  last_tuned() = Clock::now();
+  last_tuned() = LastTuned{r.device, Clock::now()};
   Choice c;
   c.engine_id = take_base ? heuristic_engine : best.engine_id;
   if (!take_base) c.knobs = best.knobs;
@@ -996,8 +1025,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
     c.runner_up = RunnerUp{ranked[second]->engine_id, ranked[second]->knobs, ranked[second]->median_ms};
 
   stats().ops_tuned.fetch_add(1);
-  stats().build_micros.fetch_add(build_us);
-  stats().timing_micros.fetch_add(micros_since(t0) - build_us - b_us);
+  account();
   const auto t_save = Clock::now();
   try {
     const auto store = cache();
