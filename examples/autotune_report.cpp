@@ -322,6 +322,15 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) usage(a + " needs a value");
       return argv[++i];
     };
+    // The flag's value as a number in [lo, hi] (whole when asked), else the usage.
+    const auto number = [&](double lo, double hi, bool whole) {
+      const std::string v = value();
+      char* end = nullptr;
+      const double n = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(n >= lo && n <= hi) || (whole && n != static_cast<double>(static_cast<long>(n))))
+        usage(cutrain::detail::cat(a, " takes ", whole ? "a whole number" : "a number", " from ", lo, " to ", hi));
+      return n;
+    };
     if (a == "--json") json_path = value();
     else if (a == "--candidates-json") candidates_path = value();
     else if (a == "--cache") cache_path = value();
@@ -330,18 +339,11 @@ int main(int argc, char** argv) try {
       if (!m) usage("--mode takes benchmark, cached or heuristic");
       mode = *m;
     } else if (a == "--mode-b-below") {
-      const std::string v = value();
-      char* end = nullptr;
-      options.mode_b_below = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(options.mode_b_below >= 0 && options.mode_b_below <= 100))
-        usage("--mode-b-below takes a factor from 0 to 100");
-    } else if (a == "--max-candidates" || a == "--mode-b-first") {
-      const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < (a == "--max-candidates" ? 1 : 0) || n > 1000)
-        usage(a + " takes a whole number (--max-candidates 1-1000, --mode-b-first 0-1000)");
-      (a == "--max-candidates" ? options.max_candidates : options.mode_b_first) = static_cast<int>(n);
+      options.mode_b_below = number(0, 100, false);
+    } else if (a == "--max-candidates") {
+      options.max_candidates = static_cast<int>(number(1, 1000, true));
+    } else if (a == "--mode-b-first") {
+      options.mode_b_first = static_cast<int>(number(0, 1000, true));
     } else if (a == "--exhaustive") {
       exhaustive = true;
     } else if (a == "--suite") {

@@ -10,6 +10,8 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <unordered_map>
@@ -17,6 +19,13 @@
 #include "cutrain/core/storage.hpp"
 
 namespace cutrain::cuda {
+
+namespace detail {
+// Microseconds since t0 on the steady clock: the counters of time spent (build, load, tuning stats).
+inline std::int64_t micros_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace detail
 
 inline void check(cudaError_t st, std::string_view op, std::string_view what) { cutrain::detail::cuda_check(st, op, what); }
 

@@ -28,10 +28,6 @@
 namespace cutrain::cuda {
 
 namespace detail {
-inline std::int64_t micros_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // Runs a loaded plan once on zeroed scratch buffers on stream s (stream-ordered allocations: no
 // device-wide synchronization), which loads its kernels. False when anything fails.
 inline bool warm_run(cudnn::BuiltGraph& bg, const std::vector<std::int64_t>& bytes, int device, cudaStream_t s) {

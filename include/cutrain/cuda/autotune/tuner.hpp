@@ -364,9 +364,7 @@ inline bool create_plan(fe::graph::Graph& g, std::int64_t engine_id, const std::
   return true;
 }
 
-inline std::int64_t micros_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-}
+using cutrain::cuda::detail::micros_since;
 
 // Appends heuristics mode `mode`'s engine configs to g's candidates; returns where they end. A
 // mode with no engine for the graph leaves its status in `last`.
@@ -796,9 +794,16 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   // first), the rest of mode A's list, the fallback list; mode B's configs are added when it is
   // asked (below), or follow when plan() had to ask it. A config's name is its
   // engine id and every knob: equal names, same plan.
-  const auto name_of = [&g](std::int64_t i) {
-    std::string name;
-    return g.get_plan_name_at_index(i, name).is_good() ? name : cat("#", i);
+  // Read from cuDNN once per config: the order, the origins and mode B's merge all ask.
+  std::vector<std::optional<std::string>> names;
+  const auto name_of = [&](std::int64_t i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (k >= names.size()) names.resize(k + 1);
+    if (!names[k]) {
+      std::string name;
+      names[k] = g.get_plan_name_at_index(i, name).is_good() ? name : cat("#", i);
+    }
+    return *names[k];
   };
   std::vector<std::int64_t> order{r.baseline};
   std::unordered_set<std::string> seen{name_of(r.baseline)};

@@ -121,8 +121,7 @@ BuiltGraph& cached_graph(int device, const std::string& key, Make&& make) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto done = [&](BuiltGraph&& bg) -> BuiltGraph& {
       build_stats().graphs += 1;
-      build_stats().micros +=
-          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+      build_stats().micros += cutrain::cuda::detail::micros_since(t0);
       return cache.emplace(full, std::move(bg)).first->second;
     };
     if (auto warm = detail::take_warm(device, full, key)) {  // see "Warm start"

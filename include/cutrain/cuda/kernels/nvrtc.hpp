@@ -452,8 +452,7 @@ inline CUfunction function(int device, const Program& p, std::string_view kernel
     detail::LoadedModule loaded;
     const auto t0 = std::chrono::steady_clock::now();
     loaded.module = detail::load_module(device, p);
-    stats().load_micros += static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+    stats().load_micros += static_cast<std::uint64_t>(cutrain::cuda::detail::micros_since(t0));
     it = reg.modules.emplace(key, std::move(loaded)).first;
   } else {
     ++stats().memory_hits;
