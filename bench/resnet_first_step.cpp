@@ -6,6 +6,7 @@
 //
 //   resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE] [--warm-start on|off]
 //                     [--warm-threads N] [--max-candidates N] [--mode-b-first N] [--mode-b-below F]
+//                     [--fallback-compiled N]
 //
 // Run it with --mode heuristic (no tuning), then twice with --mode cached on a fresh --cache
 // file: the first of those tunes every graph of the step (its first step minus the heuristic
@@ -13,8 +14,8 @@
 // plan in the file (its first step against the tenth: the warm start). With --warm-start on (the
 // default) the program calls cuda::warm_start first, so that a run loads the plans the previous
 // run of the same mode used on background threads while it builds the model; "setup" is then
-// partly that. --max-candidates, --mode-b-first and --mode-b-below set the autotune::Options of
-// those names.
+// partly that. --max-candidates, --mode-b-first, --mode-b-below and --fallback-compiled set the
+// autotune::Options of those names.
 // Exits 77 without a GPU.
 #include <algorithm>
 #include <chrono>
@@ -38,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   std::string mode = "heuristic", cache_path, warm = "on";
   int warm_threads = 0;
-  autotune::Options options;  // --max-candidates, --mode-b-first, --mode-b-below
+  autotune::Options options;  // --max-candidates, --mode-b-first, --mode-b-below, --fallback-compiled
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--mode" && i + 1 < argc) mode = argv[++i];
@@ -47,11 +48,13 @@ int main(int argc, char** argv) {
     else if (a == "--max-candidates" && i + 1 < argc) options.max_candidates = std::atoi(argv[++i]);
     else if (a == "--mode-b-first" && i + 1 < argc) options.mode_b_first = std::atoi(argv[++i]);
     else if (a == "--mode-b-below" && i + 1 < argc) options.mode_b_below = std::atof(argv[++i]);
+    else if (a == "--fallback-compiled" && i + 1 < argc) options.fallback_compiled = std::atoi(argv[++i]);
     else if (a == "--warm-start" && i + 1 < argc && (std::string(argv[i + 1]) == "on" || std::string(argv[i + 1]) == "off"))
       warm = argv[++i];
     else {
       std::cerr << "usage: resnet_first_step [--mode heuristic|benchmark|cached] [--cache FILE] [--warm-start on|off] "
-                   "[--warm-threads N] [--max-candidates N] [--mode-b-first N] [--mode-b-below F]\n";
+                   "[--warm-threads N] [--max-candidates N] [--mode-b-first N] [--mode-b-below F] "
+                   "[--fallback-compiled N]\n";
       return 2;
     }
   }

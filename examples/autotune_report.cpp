@@ -11,16 +11,18 @@
 //       conv + bias + relu forward; a graph that an earlier row built is not listed again
 //
 //   autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive] [--suite FILE]
-//                   [--max-candidates N] [--mode-b-first N] [--mode-b-below F] [--candidates-json FILE]
+//                   [--max-candidates N] [--mode-b-first N] [--mode-b-below F] [--fallback-compiled N]
+//                   [--candidates-json FILE]
 //
 // --cache uses that cache file instead of the default ($CUTRAIN_AUTOTUNE_CACHE, else
 // ~/.cache/cutrain/autotune.json); benchmark mode writes what it finds there. --mode cached shows
 // the cache's entries being replayed (nothing timed on a hit). --exhaustive then tunes every op
 // again with no limit on candidates (and a memory-only cache), and prints, per op, how the chosen
 // engine compares with the fastest of all candidates, both timed in that second pass.
-// --max-candidates, --mode-b-first and --mode-b-below set the first pass's autotune::Options of
-// those names (defaults 18, 2 and 0.9), to weigh tuning time against the choices; --candidates-json writes every
-// op's candidates of the second pass (engine, places in cuDNN's lists, time). Exits 77 without a GPU.
+// --max-candidates, --mode-b-first, --mode-b-below and --fallback-compiled set the first pass's
+// autotune::Options of those names (defaults 18, 2, 0.9 and 0), to weigh tuning time against the
+// choices; --candidates-json writes every op's candidates of the second pass (engine, places in
+// cuDNN's lists, time, cuDNN's notes, build time). Exits 77 without a GPU.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -289,7 +291,9 @@ void compare_with_all_candidates(const std::vector<Entry>& plan, const std::vect
     for (std::size_t k = 0; k < b->timed.size(); ++k)
       cands.push_back(json::Value::Object{{"engine", engine_text(b->timed[k].engine_id, b->timed[k].knobs)},
                                           {"origin", k < b->origins.size() ? b->origins[k] : ""},
-                                          {"ms", b->timed[k].median_ms}});
+                                          {"ms", b->timed[k].median_ms},
+                                          {"notes", k < b->notes.size() ? b->notes[k] : ""},
+                                          {"build_ms", k < b->build_ms.size() ? b->build_ms[k] : 0.0}});
     const auto& a = first[i].result;
     ops.push_back(json::Value::Object{{"model", first[i].model}, {"layer", first[i].layer},
                                       {"direction", first[i].direction},
@@ -304,7 +308,8 @@ void compare_with_all_candidates(const std::vector<Entry>& plan, const std::vect
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr << "autotune_report: " << msg << "\n"
             << "usage: autotune_report [--json FILE] [--cache FILE] [--mode benchmark|cached|heuristic] [--exhaustive] [--suite FILE]\n"
-               "                       [--max-candidates N] [--mode-b-first N] [--mode-b-below F] [--candidates-json FILE]\n";
+               "                       [--max-candidates N] [--mode-b-first N] [--mode-b-below F] [--fallback-compiled N]\n"
+               "                       [--candidates-json FILE]\n";
   std::exit(2);
 }
 
@@ -314,7 +319,7 @@ int main(int argc, char** argv) try {
   std::string json_path, cache_path, candidates_path;
   autotune::Mode mode = autotune::Mode::benchmark;
   bool exhaustive = false;
-  autotune::Options options;  // the first pass's (--max-candidates, --mode-b-first, --mode-b-below)
+  autotune::Options options;  // the first pass's (--max-candidates, --mode-b-first, --mode-b-below, --fallback-compiled)
   std::vector<bench::ConvShape> suite;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -344,6 +349,8 @@ int main(int argc, char** argv) try {
       options.max_candidates = static_cast<int>(number(1, 1000, true));
     } else if (a == "--mode-b-first") {
       options.mode_b_first = static_cast<int>(number(0, 1000, true));
+    } else if (a == "--fallback-compiled") {
+      options.fallback_compiled = static_cast<int>(number(0, 1000, true));
     } else if (a == "--exhaustive") {
       exhaustive = true;
     } else if (a == "--suite") {

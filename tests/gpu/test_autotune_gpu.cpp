@@ -136,6 +136,7 @@ TEST_CASE("gpu autotune: modes and guards") {
   CHECK_THROWS_AS(autotune::set_options({.screen_ratio = 0.5}), InvalidArgument);
   CHECK_THROWS_AS(autotune::set_options({.mode_b_below = -1}), InvalidArgument);
   CHECK_THROWS_AS(autotune::set_options({.mode_b_first = -1}), InvalidArgument);
+  CHECK_THROWS_AS(autotune::set_options({.fallback_compiled = -1}), InvalidArgument);
 }
 
 TEST_CASE("gpu autotune: benchmark tunes conv plans that match the CPU backend; the cache file replays them") {
@@ -382,6 +383,55 @@ TEST_CASE("gpu autotune: heuristics mode B is not asked when mode_b_first or mod
     REQUIRE(r->origins.size() == r->timed.size());
     for (const auto& where : r->origins) CHECK(where.find('B') == std::string::npos);
   }
+  cuda::synchronize();
+}
+
+TEST_CASE("gpu autotune: fallback_compiled tries the fallback list's runtime-compiled configs after A's first") {
+  Restore restore;
+  TempDir dir("autotune_gpu");
+  autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
+  autotune::ModeGuard mode(autotune::Mode::benchmark);
+  // bf16 NHWC 3x3 convolutions like ResNet-18's, where cuDNN 9.19's fallback list on the H200 holds
+  // a runtime-compiled tensor-core config (eng70, eng71) that neither heuristics mode lists.
+  const TuneCase cases[] = {{"3x3_64_32x32", {16, 64, 32, 32}, {64, 64, 3, 3}, Conv2dParams::make(1, 1)},
+                            {"1x1_s2", {16, 64, 32, 32}, {128, 64, 1, 1}, Conv2dParams::make(2, 0)}};
+  int seen = 0;
+  for (const auto& c : cases) {
+    Rng rng(std::hash<std::string>{}(c.name) + 5);
+    auto [x, xr] = random_pair<cutrain::bfloat16>(c.x, rng, Layout::nhwc);
+    auto [w, wr] = random_pair<cutrain::bfloat16>(c.w, rng, Layout::nhwc);
+    for (const int compiled : {0, 1}) {
+      INFO("case " << c.name << ", fallback_compiled " << compiled);
+      // Two candidates, B never asked: the baseline and either A's second or the compiled config.
+      autotune::set_options({.max_candidates = 2, .max_tuning_ms = 1e9, .mode_b_first = 0, .fallback_compiled = compiled});
+      cuda::cudnn::clear_graph_cache();
+      autotune::clear_last_result();
+      auto y = poisoned<cutrain::bfloat16>(conv2d_output_shape(c.x, c.w, c.p), Layout::nhwc);
+      cuda::cudnn::conv2d_forward(x, w, Tensor<cutrain::bfloat16>{}, c.p, y);
+      check_close(cutrain::detail::cat("tuned fprop ", c.name), y, ops::conv2d_forward(xr, wr, c.p));
+      const auto r = autotune::last_result();
+      REQUIRE(r);
+      REQUIRE(!r->from_cache);
+      REQUIRE(r->origins.size() == r->timed.size());
+      REQUIRE(r->notes.size() == r->timed.size());
+      REQUIRE(r->build_ms.size() == r->timed.size());
+      REQUIRE(r->timed.size() == 2);
+      CHECK(r->origins[0].find("A1") != std::string::npos);
+      const bool compiled_fallback = r->origins[1].find('A') == std::string::npos &&
+                                     r->origins[1].find('F') != std::string::npos &&
+                                     r->notes[1].find("RUNTIME_COMPILATION") != std::string::npos;
+      if (compiled == 0) {
+        CHECK(r->origins[1].find('A') != std::string::npos);
+      } else if (compiled_fallback) {
+        ++seen;
+        CHECK(r->build_ms[1] > 0);
+      } else {
+        // No such config for this shape: A's next is tried, as without the option.
+        CHECK(r->origins[1].find('A') != std::string::npos);
+      }
+    }
+  }
+  if (seen == 0) WARN("no case here has a runtime-compiled config only the fallback list holds: the option is untested");
   cuda::synchronize();
 }
 

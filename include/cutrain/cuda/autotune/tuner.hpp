@@ -87,6 +87,12 @@ struct Options {
   // 17-28 ms per graph on the H200, mode A's 1-2 ms; see tune().
   double mode_b_below = 0.9;
   int mode_b_first = 2;
+  // How many of the fallback list's runtime-compiled configs that neither heuristics mode lists
+  // are tried within max_candidates (right after A's first ones). cuDNN compiles each at build:
+  // 0.2-1.2 s on the H200, against well under a millisecond for a precompiled config. Off by
+  // default: on 2 of the benchmark suite's 91 graphs the fastest plan is one of them (3-12%
+  // faster than the fastest other), but ResNet-18's tuning takes several seconds longer with 1.
+  int fallback_compiled = 0;
 };
 
 // What tuning did in this process (for tests and reports).
@@ -119,6 +125,11 @@ struct Result {
   // For each of `timed`: where cuDNN listed its config, as 1-based places in heuristics mode A,
   // mode B and the fallback list ("A3 B1", "F2"), for reports that weigh the candidate order.
   std::vector<std::string> origins{};
+  // For each of `timed`: cuDNN's numerical and behaviour notes on its config ("TENSOR_CORE
+  // RUNTIME_COMPILATION"), and how long building its plan took (0 for the baseline, which plan()
+  // built).
+  std::vector<std::string> notes{};
+  std::vector<double> build_ms{};
 };
 
 namespace detail {
@@ -216,6 +227,8 @@ inline void set_options(const Options& o) {
                   " is negative");
   CUTRAIN_REQUIRE(std::isfinite(o.mode_b_below) && o.mode_b_below >= 0, InvalidArgument, "autotune::set_options",
                   "mode_b_below ", o.mode_b_below, " must be a finite factor, 0 or more");
+  CUTRAIN_REQUIRE(o.fallback_compiled >= 0, InvalidArgument, "autotune::set_options", "fallback_compiled ",
+                  o.fallback_compiled, " is negative");
   auto& s = detail::settings();
   std::lock_guard lock(s.mutex);
   s.options = o;
@@ -379,6 +392,22 @@ inline std::int64_t add_heuristics(fe::graph::Graph& g, fe::HeurMode_t mode, std
     last = st;
   }
   return g.get_execution_plan_count();
+}
+
+// cuDNN's notes on plan i of g, by their frontend names, space-separated (Result::notes).
+inline std::string notes_of(fe::graph::Graph& g, std::int64_t i) {
+  const auto& plans = GraphInternals::plans_of(g);
+  const auto k = static_cast<std::size_t>(i);
+  std::string out;
+  const auto add = [&](const auto& note) {
+    const std::string name = nlohmann::json(note).template get<std::string>();
+    if (name != "NOT_SET") out += cat(out.empty() ? "" : " ", name);
+  };
+  if (k < plans.numeric_notes.size())
+    for (const auto n : plans.numeric_notes[k]) add(n);
+  if (k < plans.behavior_notes.size())
+    for (const auto n : plans.behavior_notes[k]) add(n);
+  return out;
 }
 
 // What every candidate must satisfy: no tensor cores in strict f32, determinism when asked for.
@@ -610,6 +639,7 @@ struct Timed {
   double median_ms = 0;
   bool replayable = false;  // its engine id and knobs were read (engine_config_of): create_plan rebuilds it
   bool screened = false;    // median_ms is only the screen's estimate: not timed fully
+  std::int64_t build_us = 0;  // building its plan (Result::build_ms)
 };
 
 // Scratch copies of a graph's tensors on its device, and the events that time its plans.
@@ -858,10 +888,12 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       const bool is_baseline = i == r.baseline;
       if (!is_baseline && (tried >= limit || Clock::now() > deadline)) break;
       std::string why;
+      std::int64_t this_build_us = 0;
       if (!is_baseline) {
         const auto t_build = Clock::now();
         auto st = g.build_plan_at_index(i);
-        build_us += micros_since(t_build);
+        this_build_us = micros_since(t_build);
+        build_us += this_build_us;
         if (st.is_bad()) {
           // Configs the strict-f32 or determinism filter deselected are not candidates at all.
           if (st.get_message().find("Deselecting execution plan") != std::string::npos) continue;
@@ -873,6 +905,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       ++tried;
       Timed t;
       t.index = i;
+      t.build_us = this_build_us;
       t.replayable = engine_config_of(g, i, t.engine_id, t.knobs);
       if (g.get_workspace_size_plan_at_index(i, t.workspace).is_bad() || t.workspace > r.options.max_workspace_bytes) {
         ++failed;
@@ -935,6 +968,30 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   const int b_room = r.end_b < 0 && r.options.mode_b_below > 0
                          ? std::clamp(r.options.mode_b_first, 0, std::max(0, r.options.max_candidates - 1))
                          : 0;
+  // Moves `up` (untried, in order) to order[next]: they are tried next.
+  const auto move_up = [&](const std::vector<std::int64_t>& up) {
+    std::unordered_set<std::string> up_names;
+    for (const std::int64_t i : up) up_names.insert(name_of(i));
+    order.erase(std::remove_if(order.begin() + static_cast<std::ptrdiff_t>(next), order.end(),
+                               [&](std::int64_t i) { return up_names.contains(name_of(i)); }),
+                order.end());
+    order.insert(order.begin() + static_cast<std::ptrdiff_t>(next), up.begin(), up.end());
+  };
+  // The fallback list's runtime-compiled configs no heuristics list holds (Options::fallback_compiled)
+  // are tried after A's first ones, in the fallback list's order.
+  const int compiled_room = std::clamp(r.options.fallback_compiled, 0, std::max(0, r.options.max_candidates - 1 - b_room));
+  try_until(r.options.max_candidates - b_room - compiled_room);
+  if (compiled_room > 0) {
+    const auto& notes = GraphInternals::plans_of(g).behavior_notes;
+    std::vector<std::int64_t> up;
+    for (std::size_t k = next; k < order.size() && static_cast<int>(up.size()) < compiled_room; ++k) {
+      const auto i = static_cast<std::size_t>(order[k]);
+      if (order[k] >= r.end_a && order[k] < r.end_f && i < notes.size() &&
+          std::find(notes[i].begin(), notes[i].end(), fe::BehaviorNote_t::RUNTIME_COMPILATION) != notes[i].end())
+        up.push_back(order[k]);
+    }
+    move_up(up);
+  }
   try_until(r.options.max_candidates - b_room);
   collect();
   if (b_room > 0 && Clock::now() <= deadline) {
@@ -962,10 +1019,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
         seen.insert(std::move(name));
         up.push_back(i);
       }
-      order.erase(std::remove_if(order.begin() + static_cast<std::ptrdiff_t>(next), order.end(),
-                                 [&](std::int64_t i) { return up_names.contains(name_of(i)); }),
-                  order.end());
-      order.insert(order.begin() + static_cast<std::ptrdiff_t>(next), up.begin(), up.end());
+      move_up(up);
       const auto rest = distinct(from, r.end_b);
       order.insert(order.end(), rest.begin(), rest.end());
       stats().mode_b_queries.fetch_add(1);
@@ -1042,12 +1096,15 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
   }
   stats().save_micros.fetch_add(micros_since(t_save));
   std::vector<RunnerUp> all;
-  std::vector<std::string> origins;
+  std::vector<std::string> origins, notes;
+  std::vector<double> build_ms;
   for (const auto& t : timed) {
     all.push_back(RunnerUp{t.engine_id, t.knobs, t.median_ms});
     origins.push_back(origin[name_of(t.index)]);
+    notes.push_back(notes_of(g, t.index));
+    build_ms.push_back(static_cast<double>(t.build_us) / 1e3);
   }
-  last() = Result{r.key, std::move(c), false, std::move(all), std::move(origins)};
+  last() = Result{r.key, std::move(c), false, std::move(all), std::move(origins), std::move(notes), std::move(build_ms)};
   return std::pair{best.index, best.workspace};
 }
 
