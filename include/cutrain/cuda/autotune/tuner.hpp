@@ -88,10 +88,12 @@ struct Options {
   double mode_b_below = 0.9;
   int mode_b_first = 2;
   // How many of the fallback list's runtime-compiled configs that neither heuristics mode lists
-  // are tried within max_candidates (right after A's first ones). cuDNN compiles each at build:
-  // 0.2-1.2 s on the H200, against well under a millisecond for a precompiled config. Off by
-  // default: on 2 of the benchmark suite's 91 graphs the fastest plan is one of them (3-12%
-  // faster than the fastest other), but ResNet-18's tuning takes several seconds longer with 1.
+  // are tried within max_candidates (right after A's first ones). cuDNN compiles each when it is
+  // built: 30 ms to 2 s on the H200 (0.34 s at the median on a fresh machine, less once earlier
+  // processes compiled such kernels), where a precompiled config builds in under 0.1 ms. Off by
+  // default: on 1-2 of the benchmark suite's 91 graphs the fastest plan is one of them (3-12%
+  // faster than any other), but with 1, ResNet-18's tuning took 0.8-1.3 s longer (about 20
+  // compiles), which put it above PyTorch's benchmark-mode first step (docs/autotune.md).
   int fallback_compiled = 0;
 };
 
