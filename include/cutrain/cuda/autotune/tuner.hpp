@@ -87,7 +87,7 @@ struct Options {
   // 17-28 ms per graph on the H200, mode A's 1-2 ms; see tune().
   double mode_b_below = 0.9;
   int mode_b_first = 2;
-  // How many of the fallback list's runtime-compiled configs that neither heuristics mode lists
+  // How many of the fallback list's runtime-compiled configs that mode A does not list
   // are tried within max_candidates (right after A's first ones). cuDNN compiles each when it is
   // built: 30 ms to 2 s on the H200 (0.34 s at the median on a fresh machine, less once earlier
   // processes compiled such kernels), where a precompiled config builds in under 0.1 ms. Off by
@@ -979,7 +979,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
                 order.end());
     order.insert(order.begin() + static_cast<std::ptrdiff_t>(next), up.begin(), up.end());
   };
-  // The fallback list's runtime-compiled configs no heuristics list holds (Options::fallback_compiled)
+  // The fallback list's runtime-compiled configs mode A does not list (Options::fallback_compiled)
   // are tried after A's first ones, in the fallback list's order.
   const int compiled_room = std::clamp(r.options.fallback_compiled, 0, std::max(0, r.options.max_candidates - 1 - b_room));
   try_until(r.options.max_candidates - b_room - compiled_room);
