@@ -392,14 +392,22 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
   at::detail::last() = at::Result{key, std::move(choice), false};
 }
 
-// Asks cuBLASLt's heuristic for two small matmuls (f32 and bf16) on this thread's handle: the
-// first query in a process loads cuBLASLt's heuristic tables (about 60 ms on the H200), which a
-// warm start (cuda/warm_start.hpp) does on a background thread.
+// Asks cuBLASLt's heuristic for two small matmuls (f32 and bf16): the first query in a process
+// builds cuBLASLt's heuristic tables (75-110 ms alone on the H200, about 90 MB of heap), which a
+// warm start (cuda/warm_start.hpp) does on a background thread. On a handle of its own, not
+// handles(device): that would create this thread's cuDNN handle first, and the tables are the
+// process's, whichever handle asks.
 inline void warm_up(int device) {
   cutrain::detail::DeviceGuard on(device);
+  cublasLtHandle_t handle = nullptr;
+  check(cublasLtCreate(&handle), "cuda::cublas::warm_up", "cublasLtCreate");
+  const struct Destroy {
+    cublasLtHandle_t h;
+    ~Destroy() { (void)cublasLtDestroy(h); }
+  } destroy{handle};
   for (const auto& [type, dtype] : {std::pair{CUDA_R_32F, DType::f32}, std::pair{CUDA_R_16BF, DType::bf16}}) {
     MatmulSpec s{.what = "warm-up", .m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldd = 64, .type = type, .dtype = dtype};
-    (void)make_plan(s, handles(device).cublaslt, nullptr, "cuda::cublas::warm_up");
+    (void)make_plan(s, handle, nullptr, "cuda::cublas::warm_up");
   }
 }
 
