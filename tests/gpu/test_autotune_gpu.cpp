@@ -357,6 +357,28 @@ TEST_CASE("gpu autotune: heuristics mode B's first two configs are timed right a
   cuda::synchronize();
 }
 
+namespace {
+
+// Tunes a bf16 NHWC fprop of c afresh (this thread's built graphs forgotten) under the options in
+// force, checks it against the CPU backend, and returns what the tuner reported: a new tuning,
+// with cuDNN's places for each candidate timed.
+autotune::Result tune_fprop_afresh(const TuneCase& c, const Tensor<cutrain::bfloat16>& x,
+                                   const Tensor<cutrain::bfloat16>& w, const Tensor<double>& xr,
+                                   const Tensor<double>& wr) {
+  cuda::cudnn::clear_graph_cache();
+  autotune::clear_last_result();
+  auto y = poisoned<cutrain::bfloat16>(conv2d_output_shape(c.x, c.w, c.p), Layout::nhwc);
+  cuda::cudnn::conv2d_forward(x, w, Tensor<cutrain::bfloat16>{}, c.p, y);
+  check_close(cutrain::detail::cat("tuned fprop ", c.name), y, ops::conv2d_forward(xr, wr, c.p));
+  const auto r = autotune::last_result();
+  REQUIRE(r);
+  REQUIRE(!r->from_cache);
+  REQUIRE(r->origins.size() == r->timed.size());
+  return *r;
+}
+
+}  // namespace
+
 TEST_CASE("gpu autotune: heuristics mode B is not asked when mode_b_first or mode_b_below is 0") {
   Restore restore;
   TempDir dir("autotune_gpu");
@@ -370,18 +392,10 @@ TEST_CASE("gpu autotune: heuristics mode B is not asked when mode_b_first or mod
                                     autotune::Options{.mode_b_below = 0}}) {
     INFO("mode_b_first " << o.mode_b_first << ", mode_b_below " << o.mode_b_below);
     autotune::set_options(o);
-    cuda::cudnn::clear_graph_cache();
-    autotune::clear_last_result();
     const auto asked = autotune::stats().mode_b_queries.load();
-    auto y = poisoned<cutrain::bfloat16>(conv2d_output_shape(c.x, c.w, c.p), Layout::nhwc);
-    cuda::cudnn::conv2d_forward(x, w, Tensor<cutrain::bfloat16>{}, c.p, y);
-    check_close(cutrain::detail::cat("tuned fprop ", c.name), y, ops::conv2d_forward(xr, wr, c.p));
+    const auto r = tune_fprop_afresh(c, x, w, xr, wr);
     CHECK(autotune::stats().mode_b_queries.load() == asked);
-    const auto r = autotune::last_result();
-    REQUIRE(r);
-    REQUIRE(!r->from_cache);
-    REQUIRE(r->origins.size() == r->timed.size());
-    for (const auto& where : r->origins) CHECK(where.find('B') == std::string::npos);
+    for (const auto& where : r.origins) CHECK(where.find('B') == std::string::npos);
   }
   cuda::synchronize();
 }
@@ -392,7 +406,7 @@ TEST_CASE("gpu autotune: fallback_compiled tries the fallback list's runtime-com
   autotune::set_cache(std::make_shared<autotune::Cache>(dir / "autotune.json"));
   autotune::ModeGuard mode(autotune::Mode::benchmark);
   // bf16 NHWC 3x3 convolutions like ResNet-18's, where cuDNN 9.19's fallback list on the H200 holds
-  // a runtime-compiled tensor-core config (eng70, eng71) that neither heuristics mode lists.
+  // a runtime-compiled tensor-core config (eng70, eng71) that mode A does not list.
   const TuneCase cases[] = {{"3x3_64_32x32", {16, 64, 32, 32}, {64, 64, 3, 3}, Conv2dParams::make(1, 1)},
                             {"1x1_s2", {16, 64, 32, 32}, {128, 64, 1, 1}, Conv2dParams::make(2, 0)}};
   int seen = 0;
@@ -404,30 +418,22 @@ TEST_CASE("gpu autotune: fallback_compiled tries the fallback list's runtime-com
       INFO("case " << c.name << ", fallback_compiled " << compiled);
       // Two candidates, B never asked: the baseline and either A's second or the compiled config.
       autotune::set_options({.max_candidates = 2, .max_tuning_ms = 1e9, .mode_b_first = 0, .fallback_compiled = compiled});
-      cuda::cudnn::clear_graph_cache();
-      autotune::clear_last_result();
-      auto y = poisoned<cutrain::bfloat16>(conv2d_output_shape(c.x, c.w, c.p), Layout::nhwc);
-      cuda::cudnn::conv2d_forward(x, w, Tensor<cutrain::bfloat16>{}, c.p, y);
-      check_close(cutrain::detail::cat("tuned fprop ", c.name), y, ops::conv2d_forward(xr, wr, c.p));
-      const auto r = autotune::last_result();
-      REQUIRE(r);
-      REQUIRE(!r->from_cache);
-      REQUIRE(r->origins.size() == r->timed.size());
-      REQUIRE(r->notes.size() == r->timed.size());
-      REQUIRE(r->build_ms.size() == r->timed.size());
-      REQUIRE(r->timed.size() == 2);
-      CHECK(r->origins[0].find("A1") != std::string::npos);
-      const bool compiled_fallback = r->origins[1].find('A') == std::string::npos &&
-                                     r->origins[1].find('F') != std::string::npos &&
-                                     r->notes[1].find("RUNTIME_COMPILATION") != std::string::npos;
+      const auto r = tune_fprop_afresh(c, x, w, xr, wr);
+      REQUIRE(r.notes.size() == r.timed.size());
+      REQUIRE(r.build_ms.size() == r.timed.size());
+      REQUIRE(r.timed.size() == 2);
+      CHECK(r.origins[0].find("A1") != std::string::npos);
+      const bool compiled_fallback = r.origins[1].find('A') == std::string::npos &&
+                                     r.origins[1].find('F') != std::string::npos &&
+                                     r.notes[1].find("RUNTIME_COMPILATION") != std::string::npos;
       if (compiled == 0) {
-        CHECK(r->origins[1].find('A') != std::string::npos);
+        CHECK(r.origins[1].find('A') != std::string::npos);
       } else if (compiled_fallback) {
         ++seen;
-        CHECK(r->build_ms[1] > 0);
+        CHECK(r.build_ms[1] > 0);
       } else {
         // No such config for this shape: A's next is tried, as without the option.
-        CHECK(r->origins[1].find('A') != std::string::npos);
+        CHECK(r.origins[1].find('A') != std::string::npos);
       }
     }
   }

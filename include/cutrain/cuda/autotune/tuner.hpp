@@ -381,6 +381,22 @@ inline bool create_plan(fe::graph::Graph& g, std::int64_t engine_id, const std::
 
 using cutrain::cuda::detail::micros_since;
 
+// Records a newly tuned choice in the tuner's cache (in the key's environment) and writes the file
+// (atomic, merged). A failure to write is a warning ("<what> was not stored"), never the op's
+// failure. Counts Stats::save_micros. Used for cuDNN graphs and cuBLASLt matmuls alike.
+inline void store_choice(const Key& key, const Choice& choice, std::string_view what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    const auto store = cache();
+    use_environment(*store, key.environment());
+    store->insert(key, choice);
+    store->save();
+  } catch (const cutrain::Error& e) {
+    warn(cat(what, " was not stored (", e.what(), ")"));
+  }
+  stats().save_micros.fetch_add(micros_since(t0));
+}
+
 // Appends heuristics mode `mode`'s engine configs to g's candidates; returns where they end. A
 // mode with no engine for the graph leaves its status in `last`.
 inline std::int64_t add_heuristics(fe::graph::Graph& g, fe::HeurMode_t mode, std::string_view op,
@@ -452,8 +468,9 @@ inline Request*& current_request() {
 // mode asked for this graph (build() then plans with the heuristics, as always). Otherwise plans
 // it: replays the cached engine (cached mode, hit), or queries the candidates of heuristics mode
 // A and the fallback list (mode B only when those have none, or none builds; tune() may ask it
-// later) and builds the first that builds, the baseline that finish() times the others against. Strict f32 excludes tensor-core engines, as build() does; plans needing more
-// workspace than the options allow are excluded too.
+// later) and builds the first that builds, the baseline that finish() times the others against.
+// Strict f32 excludes tensor-core engines, as build() does; plans needing more workspace than the
+// options allow are excluded too.
 inline bool plan(fe::graph::Graph& g, std::string_view op, const std::string& graph_key, bool strict_f32) {
   Request* r = current_request();
   if (!r || r->planned || r->graph_key != graph_key) return false;
@@ -1012,13 +1029,12 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
       note_places(from, r.end_b, 'B');
       // B's first b_room configs not tried yet go next; those A or the fallback list also hold
       // move up from their places there. B's configs no other list holds go last.
-      std::unordered_set<std::string> done, up_names;
-      for (std::size_t k = 0; k < next; ++k) done.insert(name_of(order[k]));
+      std::unordered_set<std::string> taken;  // tried, or already moved up
+      for (std::size_t k = 0; k < next; ++k) taken.insert(name_of(order[k]));
       std::vector<std::int64_t> up;
       for (std::int64_t i = from; i < r.end_b && static_cast<int>(up.size()) < b_room; ++i) {
-        std::string name = name_of(i);
-        if (done.contains(name) || !up_names.insert(name).second) continue;
-        seen.insert(std::move(name));
+        if (!taken.insert(name_of(i)).second) continue;
+        seen.insert(name_of(i));
         up.push_back(i);
       }
       move_up(up);
@@ -1087,16 +1103,7 @@ inline std::optional<std::pair<std::int64_t, std::int64_t>> tune(fe::graph::Grap
 
   stats().ops_tuned.fetch_add(1);
   account();
-  const auto t_save = Clock::now();
-  try {
-    const auto store = cache();
-    use_environment(*store, r.key.environment());
-    store->insert(r.key, c);
-    store->save();  // atomic and merged; a failure to write is the cache's warning
-  } catch (const cutrain::Error& e) {
-    warn(cat(r.op, ": the choice was not stored (", e.what(), ")"));
-  }
-  stats().save_micros.fetch_add(micros_since(t_save));
+  store_choice(r.key, c, cat(r.op, ": the choice"));
   std::vector<RunnerUp> all;
   std::vector<std::string> origins, notes;
   std::vector<double> build_ms;

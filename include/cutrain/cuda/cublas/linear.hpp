@@ -381,14 +381,7 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
   }
   choice.tuning_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   at::stats().ops_tuned.fetch_add(1);
-  const auto t_save = Clock::now();
-  try {
-    store->insert(key, choice);
-    store->save();  // atomic and merged; a failure to write is the cache's warning
-  } catch (const cutrain::Error& e) {
-    at::detail::warn(cat(op, ": the cuBLASLt choice was not stored (", e.what(), ")"));
-  }
-  at::stats().save_micros.fetch_add(at::detail::micros_since(t_save));
+  at::detail::store_choice(key, choice, cat(op, ": the cuBLASLt choice"));
   at::detail::last() = at::Result{key, std::move(choice), false};
 }
 
