@@ -11,7 +11,7 @@
 #include <string>
 
 #include "cutrain/cuda/kernels/nvrtc.hpp"
-#include "cutrain/cuda/kernels/sources.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"
 #include "../scoped_env.hpp"
 
 using namespace cutrain;

@@ -21,6 +21,7 @@
 
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::batch_norm_inference, the kernels of batch_norm_inference.cuh
 
 namespace cutrain::cuda::kernels {
 

@@ -12,6 +12,7 @@
 
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::bias_grad, the kernels of bias_grad.cuh
 
 namespace cutrain::cuda::kernels {
 

@@ -9,6 +9,7 @@
 
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::cast, the kernels of cast.cuh
 
 namespace cutrain::cuda::kernels {
 

@@ -10,6 +10,7 @@
 #endif
 
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::copy, the kernels of copy.cuh
 
 namespace cutrain::cuda::kernels {
 

@@ -14,6 +14,7 @@
 #include "cutrain/core/params/loss.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::cross_entropy, the kernels of cross_entropy.cuh
 
 namespace cutrain::cuda::kernels {
 

@@ -13,6 +13,7 @@
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/elementwise.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::dropout, the kernels of dropout.cuh
 
 namespace cutrain::cuda::kernels {
 

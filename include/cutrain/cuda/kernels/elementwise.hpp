@@ -9,6 +9,7 @@
 
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::elementwise, the kernels of elementwise.cuh
 
 namespace cutrain::cuda::kernels {
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "cutrain/core/error.hpp"
-#include "cutrain/cuda/kernels/sources.hpp"
+#include "cutrain/cuda/kernels/program.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
 #include <cuda.h>

@@ -12,6 +12,7 @@
 
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::optim, the kernels of optim.cuh
 
 namespace cutrain::cuda::kernels {
 

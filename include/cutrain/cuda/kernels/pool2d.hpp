@@ -27,6 +27,7 @@
 #include "cutrain/core/params/pool2d.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::pool2d, the kernels of pool2d.cuh
 
 namespace cutrain::cuda::kernels {
 

@@ -13,6 +13,7 @@
 
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::softmax, the kernels of softmax.cuh
 
 namespace cutrain::cuda::kernels {
 

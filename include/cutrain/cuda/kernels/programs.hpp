@@ -1,0 +1,130 @@
+// The programs of cutrain's kernels: one factory per kernel source (NAME.cuh, launched by
+// NAME.hpp), naming the kernels its launcher looks up, and all_programs(), every instantiation
+// the CUDA backend can load. Needs no CUDA headers: the NVRTC compile test builds all_programs().
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "cutrain/cuda/kernels/batch_norm_inference_cuh.hpp"
+#include "cutrain/cuda/kernels/bias_grad_cuh.hpp"
+#include "cutrain/cuda/kernels/cast_cuh.hpp"
+#include "cutrain/cuda/kernels/copy_cuh.hpp"
+#include "cutrain/cuda/kernels/cross_entropy_cuh.hpp"
+#include "cutrain/cuda/kernels/dropout_cuh.hpp"
+#include "cutrain/cuda/kernels/elementwise_cuh.hpp"
+#include "cutrain/cuda/kernels/optim_cuh.hpp"
+#include "cutrain/cuda/kernels/pool2d_cuh.hpp"
+#include "cutrain/cuda/kernels/program.hpp"
+#include "cutrain/cuda/kernels/softmax_cuh.hpp"
+
+namespace cutrain::cuda::kernels {
+
+// The arguments are device type names (device_type<T>).
+namespace programs {
+
+// add, multiply, scale over n contiguous elements laid out alike.
+inline Program elementwise(std::string_view t) {
+  return make_program("elementwise", source::elementwise, {{"T", t}}, {"cutrain_add", "cutrain_multiply", "cutrain_scale"});
+}
+
+// Element type conversion T -> U through f32 (exact for every T; U rounds to nearest even).
+inline Program cast(std::string_view from, std::string_view to) {
+  return make_program("cast", source::cast, {{"T", from}, {"U", to}}, {"cutrain_cast"});
+}
+
+// Inverted dropout with core/random.hpp's generator, reproduced bit for bit: element i (logical
+// row-major index) is dropped when uniform_at(seed, i) < p.
+inline Program dropout(std::string_view t) {
+  return make_program("dropout", source::dropout, {{"T", t}}, {"cutrain_dropout_forward"});
+}
+
+// Softmax cross-entropy from logits [N, C] (row-major) and int32 labels [N], with label
+// smoothing eps: target q = (1 - eps) onehot(label) + eps / C. One block per row computes the
+// row's loss and, in the same pass, its gradient; a second one-block kernel sums the row losses
+// in a fixed order (deterministic).
+inline Program cross_entropy(std::string_view t) {
+  return make_program("cross_entropy", source::cross_entropy, {{"T", t}},
+                      {"cutrain_cross_entropy_rows", "cutrain_cross_entropy_reduce"});
+}
+
+// Convolution bias gradient db[k] = sum over n, h, w of dy[n, k, h, w], in two deterministic
+// stages: S partial sums per channel (f32), then one thread per channel adds its S partials.
+inline Program bias_grad(std::string_view t) {
+  return make_program("bias_grad", source::bias_grad, {{"T", t}},
+                      {"cutrain_bias_grad_nchw", "cutrain_bias_grad_nhwc", "cutrain_bias_grad_finish"});
+}
+
+// Optimizer updates, in place on f32 master weights and f32 state, with gradients in G.
+// Same rules as PyTorch's SGD and AdamW (single-tensor, non-fused), computed in f32.
+inline Program optim(std::string_view grad_type) {
+  return make_program("optim", source::optim, {{"G", grad_type}}, {"cutrain_sgd_step", "cutrain_adamw_step", "cutrain_unscale_check"});
+}
+
+// 2-d max and average pooling and global average pooling, forward and backward, with the
+// semantics of cpu/pool2d.hpp (cuda/kernels/pool2d.hpp says why kernels and not cuDNN). Every
+// tensor is indexed by its own strides, so x, y, dy and dx may each be NCHW, NHWC or a strided
+// view. Threads walk the tensor they write in its memory order (NHWC: channels fastest), so
+// writes and most reads are coalesced. Where channels are innermost and dense in every tensor a
+// kernel touches (and C, the strides and the pointers allow it) the _vec kernels move VMAX
+// adjacent channels per thread with 16-byte loads and stores; the others one element. Sums in f32.
+// Index math is 32-bit (divisions by a multiply-high and a shift) below 2^31 elements, 64-bit
+// from there on.
+inline Program pool2d(std::string_view t) {
+  return make_program("pool2d", source::pool2d, {{"T", t}},
+                      {"cutrain_pool2d_forward", "cutrain_pool2d_forward_vec", "cutrain_pool2d_argmax",
+                       "cutrain_pool2d_argmax_vec", "cutrain_pool2d_backward", "cutrain_pool2d_backward_vec",
+                       "cutrain_pool2d_backward_tiled", "cutrain_pool2d_backward_tiled_vec",
+                       "cutrain_global_avg_pool_planes", "cutrain_global_avg_pool_channels",
+                       "cutrain_global_avg_pool_backward"});
+}
+
+// Batch-norm inference, y = (x - mean[c]) * gamma[c] / sqrt(var[c] + eps) + beta[c], x and y in
+// T, the four [C] vectors in f32 (cuda/kernels/batch_norm_inference.hpp says why not cuDNN). Each
+// thread computes its channels' scales once, in f64 as the CPU does; the rest is f32. x and y are
+// seen as [N, C, S] (S = H W, 1 for a 2-d x), each with its own strides. The _vec kernels move
+// VMAX adjacent elements per thread with 16-byte loads and stores (the host checks density and
+// alignment); the others one.
+inline Program batch_norm_inference(std::string_view t) {
+  return make_program("batch_norm_inference", source::batch_norm_inference, {{"T", t}},
+                      {"cutrain_batch_norm_inference_rows", "cutrain_batch_norm_inference_rows_vec",
+                       "cutrain_batch_norm_inference_planes", "cutrain_batch_norm_inference_planes_vec"});
+}
+
+// Strided copy (the host passes core/storage.hpp's StridedCopy::Dims as cutrain_copy_args):
+// element i of the logical row-major order goes from src + sum(c_d * src_d) to
+// dst + sum(c_d * dst_d), c its multi-index; one kernel per element size.
+inline Program copy() {
+  return make_program("copy", source::copy, {}, {"cutrain_copy_1", "cutrain_copy_2", "cutrain_copy_4", "cutrain_copy_8"});
+}
+
+// Softmax and log-softmax over rows of C elements (row-major [N, C]), forward and backward, with
+// the semantics of cpu/softmax.hpp. One block per row (grid N), one-dimensional, a multiple of 32
+// threads; f32 arithmetic and accumulation, sums in a fixed order (deterministic). Each pass reads
+// the row from global memory again; after the first, the reads mostly hit L1/L2.
+inline Program softmax(std::string_view t) {
+  return make_program("softmax", source::softmax, {{"T", t}},
+                      {"cutrain_softmax_forward", "cutrain_log_softmax_forward", "cutrain_softmax_backward",
+                       "cutrain_log_softmax_backward"});
+}
+
+}  // namespace programs
+
+// Every instantiation the CUDA backend can load: what the NVRTC compile test builds.
+inline std::vector<Program> all_programs() {
+  std::vector<Program> all{programs::copy()};
+  for (std::string_view t : device_types) {
+    all.push_back(programs::elementwise(t));
+    all.push_back(programs::dropout(t));
+    all.push_back(programs::cross_entropy(t));
+    all.push_back(programs::bias_grad(t));
+    all.push_back(programs::optim(t));
+    all.push_back(programs::pool2d(t));
+    all.push_back(programs::batch_norm_inference(t));
+    all.push_back(programs::softmax(t));
+    for (std::string_view u : device_types) all.push_back(programs::cast(t, u));
+  }
+  return all;
+}
+
+}  // namespace cutrain::cuda::kernels
