@@ -63,7 +63,7 @@ void run(benchmark::State& state, const bench::ConvShape& s, Dir dir, Layout lay
     state.SkipWithError("no CUDA device");
     return;
   }
-  cuda::cudnn::math_options().allow_tf32 = tf32;
+  cuda::math_options().allow_tf32 = tf32;
   Rng rng(3);
   const Conv2dParams p = Conv2dParams::make(s.stride, s.pad);
   const Device dev = Device::cuda(0);
@@ -86,7 +86,7 @@ void run(benchmark::State& state, const bench::ConvShape& s, Dir dir, Layout lay
   const double flops = 2.0 * static_cast<double>(ys.numel()) * static_cast<double>(s.c * s.r * s.r);
   state.counters["median_ms"] = ms;
   state.counters["TFLOP/s"] = flops / (ms * 1e-3) / 1e12;
-  cuda::cudnn::math_options().allow_tf32 = false;
+  cuda::math_options().allow_tf32 = false;
 }
 
 // Fused conv + bias + relu (one graph) next to the same conv alone, bf16 NHWC.

@@ -119,7 +119,7 @@ void run_layer(const Layer& c, Precision pr, std::vector<Row>& rows) {
     directions.emplace_back("fused", [&] {
       ops::conv2d_bias_activation_forward(x, w, bias, ActivationParams{.kind = Activation::relu}, c.p);
     });
-  cuda::cudnn::math_options().allow_tf32 = pr.tf32;
+  cuda::math_options().allow_tf32 = pr.tf32;
   for (const auto& [direction, run] : directions) {
     Row row{c.model, c.name, direction, pr.tf32 ? "tf32" : cutrain::detail::cat(dtype_of<T>), cutrain::detail::cat(layout), {}, {}};
     autotune::clear_last_result();
@@ -149,7 +149,7 @@ void run_layer(const Layer& c, Precision pr, std::vector<Row>& rows) {
     }
     rows.push_back(std::move(row));
   }
-  cuda::cudnn::math_options().allow_tf32 = false;
+  cuda::math_options().allow_tf32 = false;
 }
 
 // The layers to tune, in order: ResNet-18 in bf16 NHWC, the Fashion-MNIST CNN in f32 NCHW, and

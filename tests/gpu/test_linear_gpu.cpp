@@ -65,7 +65,7 @@ bool attempt(const std::string& what, Fn&& fn) {
 template <class T>
 void run_case(const Case& c, double tol = tolerance<T>) {
   const std::string tag = cutrain::detail::cat(c.name, " ", dtype_of<T>,
-                                               std::same_as<T, float> && cuda::cublas::math_options().allow_tf32 ? " tf32" : "");
+                                               std::same_as<T, float> && cuda::math_options().allow_tf32 ? " tf32" : "");
   Rng rng(std::hash<std::string>{}(tag));
   auto [x, xr] = random_pair<T>({c.n, c.in}, rng, Layout::row_major);
   auto [w, wr] = random_pair<T>({c.out, c.in}, rng, Layout::row_major);
@@ -254,14 +254,14 @@ void run_empty() {
 }
 
 struct Tf32Scope {
-  Tf32Scope() { cuda::cublas::math_options().allow_tf32 = true; }
-  ~Tf32Scope() { cuda::cublas::math_options().allow_tf32 = false; }
+  Tf32Scope() { cuda::math_options().allow_tf32 = true; }
+  ~Tf32Scope() { cuda::math_options().allow_tf32 = false; }
 };
 
 }  // namespace
 
 TEST_CASE("gpu linear f32 (TF32 off) on cuBLASLt matches the CPU backend") {
-  REQUIRE_FALSE(cuda::cublas::math_options().allow_tf32);
+  REQUIRE_FALSE(cuda::math_options().allow_tf32);
   for (const auto& c : cases) run_case<float>(c);
   std::printf("linear f32: BGRADB fallbacks so far: %lld\n",
               static_cast<long long>(cuda::cublas::detail::bgrad_fallbacks()));

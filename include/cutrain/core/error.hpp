@@ -5,6 +5,7 @@
 #include <charconv>
 #include <concepts>
 #include <cstdio>
+#include <cstdlib>
 #include <source_location>
 #include <sstream>
 #include <stdexcept>
@@ -73,6 +74,19 @@ std::string cat(const Args&... args) {
   return out;
 }
 
+// The first line of a library's message, at most about 300 characters: what an error's what()
+// shows of it. CUTRAIN_CUDNN_FULL_ERRORS=1 keeps the whole message.
+inline std::string first_reason(std::string_view message) {
+  if (const char* v = std::getenv("CUTRAIN_CUDNN_FULL_ERRORS"); v && std::string_view(v) == "1") return std::string(message);
+  constexpr std::size_t most = 300;
+  while (!message.empty() && (message.front() == '\n' || message.front() == ' ')) message.remove_prefix(1);
+  std::string_view first = message.substr(0, message.find('\n'));
+  std::string out(first.substr(0, most));
+  if (first.size() > most) out += "...";
+  if (first.size() < message.size()) out += " [more in CudnnError::log()]";
+  return out;
+}
+
 inline std::string_view file_name(const char* path) {
   std::string_view p(path);
   auto slash = p.find_last_of('/');
@@ -103,7 +117,20 @@ class NotImplemented : public Error { using Error::Error; };
 class IoError : public Error { using Error::Error; };
 // Failures reported by the NVIDIA libraries.
 class CudaError : public Error { using Error::Error; };
-class CudnnError : public Error { using Error::Error; };
+// A cuDNN failure. what() carries the library's first reason; log() its whole message (for a
+// graph no engine supports, every engine's reason: often kilobytes). CUTRAIN_CUDNN_FULL_ERRORS=1
+// puts the whole message into what() too.
+class CudnnError : public Error {
+ public:
+  using Error::Error;
+  CudnnError(std::string_view op, std::string_view context, std::string_view message,
+             std::source_location where = std::source_location::current())
+      : Error(op, detail::cat(context, ": ", detail::first_reason(message)), where), log_(message) {}
+  const std::string& log() const noexcept { return log_; }
+
+ private:
+  std::string log_;
+};
 class CublasError : public Error { using Error::Error; };
 class NvrtcError : public Error { using Error::Error; };
 

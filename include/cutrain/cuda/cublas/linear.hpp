@@ -33,20 +33,10 @@
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/cuda/autotune/tuner.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
+#include "cutrain/cuda/math_options.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
 namespace cutrain::cuda::cublas {
-
-// Per-thread math options for cuBLASLt matmuls. f32 runs in true f32 (CUBLAS_COMPUTE_32F)
-// unless TF32 is asked for (then CUBLAS_COMPUTE_32F_FAST_TF32). bf16 and f16 always accumulate
-// in f32. (cuDNN's ops have their own switch, cuda::cudnn::math_options().)
-struct MathOptions {
-  bool allow_tf32 = false;
-};
-inline MathOptions& math_options() {
-  thread_local MathOptions o;
-  return o;
-}
 
 namespace detail {
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "cutrain/core/params/activation.hpp"
-#include "cutrain/cuda/cudnn/graph.hpp"
+#include "cutrain/cuda/cudnn/plan_store.hpp"
 
 namespace cutrain::cuda::cudnn {
 
@@ -48,17 +48,23 @@ void activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>
   constexpr std::string_view op = "activation_forward";
   const int dev = x.device().index;
   const auto [vs, vst] = elementwise_view(x);
-  const std::string key = detail::activation_graph_key<T>("fwd", a, vs, vst);
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = std::make_shared<fe::graph::Graph>();
-    g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
-    auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
-    auto Y = g->pointwise(X, detail::activation_attributes(a, false));
-    Y->set_output(true).set_dim(vs.dims()).set_stride(vst).set_data_type(fe_type<T>::value);
-    build(*g, handles(dev).cudnn, op, key, false);
-    return BuiltGraph{g, {X, Y}, g->get_workspace_size()};
-  });
-  execute(bg, dev, {x.data(), y.data()}, op, key);
+  GraphKey key(GraphOp::activation_forward, dev);
+  key.add(dtype_of<T>).add(static_cast<int>(a.kind)).add(a.alpha).add(vs, vst);
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = detail::activation_graph_key<T>("fwd", a, vs, vst);
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = std::make_shared<fe::graph::Graph>();
+      g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+      auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
+      auto Y = g->pointwise(X, detail::activation_attributes(a, false));
+      Y->set_output(true).set_dim(vs.dims()).set_stride(vst).set_data_type(fe_type<T>::value);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      return BuiltGraph{g, {X, Y}, g->get_workspace_size()};
+    });
+  }
+  execute(*bg, dev, {x.data(), y.data()}, op);
 }
 
 // x, dy and dx contiguous in one layout (see elementwise_view).
@@ -67,21 +73,27 @@ void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Activati
   constexpr std::string_view op = "activation_backward";
   const int dev = x.device().index;
   const auto [vs, vst] = elementwise_view(x);
-  const std::string key = detail::activation_graph_key<T>("bwd", a, vs, vst);
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = std::make_shared<fe::graph::Graph>();
-    g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
-    auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
-    auto DY = tensor(*g, "dy", vs, vst, fe_type<T>::value);
-    auto DX = a.kind == Activation::identity ? g->pointwise(DY, detail::activation_attributes(a, true))
-                                             : g->pointwise(DY, X, detail::activation_attributes(a, true));
-    DX->set_output(true).set_dim(vs.dims()).set_stride(vst).set_data_type(fe_type<T>::value);
-    build(*g, handles(dev).cudnn, op, key, false);
-    if (a.kind == Activation::identity) return BuiltGraph{g, {DY, DX}, g->get_workspace_size()};
-    return BuiltGraph{g, {X, DY, DX}, g->get_workspace_size()};
-  });
-  if (a.kind == Activation::identity) execute(bg, dev, {dy.data(), dx.data()}, op, key);
-  else execute(bg, dev, {x.data(), dy.data(), dx.data()}, op, key);
+  GraphKey key(GraphOp::activation_backward, dev);
+  key.add(dtype_of<T>).add(static_cast<int>(a.kind)).add(a.alpha).add(vs, vst);
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = detail::activation_graph_key<T>("bwd", a, vs, vst);
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = std::make_shared<fe::graph::Graph>();
+      g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+      auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
+      auto DY = tensor(*g, "dy", vs, vst, fe_type<T>::value);
+      auto DX = a.kind == Activation::identity ? g->pointwise(DY, detail::activation_attributes(a, true))
+                                               : g->pointwise(DY, X, detail::activation_attributes(a, true));
+      DX->set_output(true).set_dim(vs.dims()).set_stride(vst).set_data_type(fe_type<T>::value);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      if (a.kind == Activation::identity) return BuiltGraph{g, {DY, DX}, g->get_workspace_size()};
+      return BuiltGraph{g, {X, DY, DX}, g->get_workspace_size()};
+    });
+  }
+  if (a.kind == Activation::identity) execute(*bg, dev, {dy.data(), dx.data()}, op);
+  else execute(*bg, dev, {x.data(), dy.data(), dx.data()}, op);
 }
 
 }  // namespace cutrain::cuda::cudnn

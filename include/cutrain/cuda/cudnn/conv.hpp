@@ -4,7 +4,7 @@
 
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/cuda/cudnn/activation.hpp"
-#include "cutrain/cuda/cudnn/graph.hpp"
+#include "cutrain/cuda/cudnn/plan_store.hpp"
 
 namespace cutrain::cuda::cudnn {
 
@@ -14,6 +14,16 @@ std::string conv_key(const char* op, const Conv2dParams& p, bool strict) {
   return cutrain::detail::cat(op, " ", dtype_of<T>, strict ? "" : "+tf32", " stride ", p.stride_h, "x", p.stride_w, " pad ",
                               p.pad_top, ",", p.pad_bottom, ",", p.pad_left, ",", p.pad_right, " dil ", p.dilation_h, "x",
                               p.dilation_w, " groups ", p.groups);
+}
+
+// The typed key of a convolution graph (its tensors are added by the op): direction, dtype,
+// TF32, stride, padding, dilation, groups.
+template <class T>
+GraphKey conv_graph_key(GraphOp op, int device, const Conv2dParams& p, bool strict) {
+  GraphKey k(op, device);
+  k.add(dtype_of<T>).add(strict).add(p.stride_h).add(p.stride_w).add(p.pad_top).add(p.pad_bottom);
+  k.add(p.pad_left).add(p.pad_right).add(p.dilation_h).add(p.dilation_w).add(p.groups);
+  return k;
 }
 
 template <class T>
@@ -55,30 +65,37 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
   const int dev = x.device().index;
   const bool strict = detail::strict_f32<T>();
   const bool has_bias = bias.defined();
-  const std::string key = detail::conv_key<T>("fprop", p, strict) + signature(" x", x.shape(), x.strides()) +
-                          signature(" w", w.shape(), w.strides()) + signature(" y", y.shape(), y.strides()) +
-                          (has_bias ? " +bias" : "") +
-                          (act.kind == Activation::identity ? "" : " +" + detail::activation_key(act));
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::new_graph<T>();
-    auto X = tensor(*g, "x", x);
-    auto W = tensor(*g, "w", w);
-    auto Y = g->conv_fprop(X, W, detail::conv_attributes<fe::graph::Conv_fprop_attributes>(p));
-    BuiltGraph b{g, {X, W}, 0};
-    if (has_bias) {
-      auto B = tensor(*g, "bias", detail::bias_dims(w.dim(0)), detail::bias_strides(w.dim(0)), fe_type<T>::value);
-      Y = g->pointwise(Y, B, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
-      b.tensors.push_back(B);
-    }
-    if (act.kind != Activation::identity) Y = g->pointwise(Y, detail::activation_attributes(act, false));
-    Y->set_output(true).set_dim(y.shape().dims()).set_stride(y.strides()).set_data_type(fe_type<T>::value);
-    b.tensors.push_back(Y);
-    build(*g, handles(dev).cudnn, op, key, strict);
-    b.workspace = g->get_workspace_size();
-    return b;
-  });
-  if (has_bias) execute(bg, dev, {x.data(), w.data(), bias.data(), y.data()}, op, key);
-  else execute(bg, dev, {x.data(), w.data(), y.data()}, op, key);
+  GraphKey key = detail::conv_graph_key<T>(GraphOp::conv_fprop, dev, p, strict);
+  key.add(x.shape(), x.strides()).add(w.shape(), w.strides()).add(y.shape(), y.strides());
+  key.add(has_bias).add(static_cast<int>(act.kind)).add(act.alpha);
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = detail::conv_key<T>("fprop", p, strict) + signature(" x", x.shape(), x.strides()) +
+                            signature(" w", w.shape(), w.strides()) + signature(" y", y.shape(), y.strides()) +
+                            (has_bias ? " +bias" : "") +
+                            (act.kind == Activation::identity ? "" : " +" + detail::activation_key(act));
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::new_graph<T>();
+      auto X = tensor(*g, "x", x);
+      auto W = tensor(*g, "w", w);
+      auto Y = g->conv_fprop(X, W, detail::conv_attributes<fe::graph::Conv_fprop_attributes>(p));
+      BuiltGraph b{g, {X, W}, 0};
+      if (has_bias) {
+        auto B = tensor(*g, "bias", detail::bias_dims(w.dim(0)), detail::bias_strides(w.dim(0)), fe_type<T>::value);
+        Y = g->pointwise(Y, B, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
+        b.tensors.push_back(B);
+      }
+      if (act.kind != Activation::identity) Y = g->pointwise(Y, detail::activation_attributes(act, false));
+      Y->set_output(true).set_dim(y.shape().dims()).set_stride(y.strides()).set_data_type(fe_type<T>::value);
+      b.tensors.push_back(Y);
+      build(*g, handles(dev).cudnn, op, text, strict, planner);
+      b.workspace = g->get_workspace_size();
+      return b;
+    });
+  }
+  if (has_bias) execute(*bg, dev, {x.data(), w.data(), bias.data(), y.data()}, op);
+  else execute(*bg, dev, {x.data(), w.data(), y.data()}, op);
 }
 
 // dx = conv_transpose(dy, w); dx must be allocated with x's shape. With an activation, the
@@ -91,29 +108,37 @@ void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dP
   const int dev = dy.device().index;
   const bool strict = detail::strict_f32<T>();
   const bool fused = act.kind != Activation::identity;
-  std::string key = detail::conv_key<T>("dgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
-                    signature(" w", w.shape(), w.strides()) + signature(" dx", dx.shape(), dx.strides());
-  if (fused) key += " +" + detail::activation_key(act) + " bwd" + signature(" act_x", act_x.shape(), act_x.strides());
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::new_graph<T>();
-    auto DY = tensor(*g, "dy", dy);
-    auto W = tensor(*g, "w", w);
-    auto DX = g->conv_dgrad(DY, W, detail::conv_attributes<fe::graph::Conv_dgrad_attributes>(p));
-    BuiltGraph b{g, {DY, W}, 0};
-    if (fused) {
-      DX->set_dim(dx.shape().dims()).set_stride(dx.strides());
-      auto AX = tensor(*g, "act_x", act_x);
-      DX = g->pointwise(DX, AX, detail::activation_attributes(act, true));
-      b.tensors.push_back(AX);
-    }
-    DX->set_output(true).set_dim(dx.shape().dims()).set_stride(dx.strides()).set_data_type(fe_type<T>::value);
-    b.tensors.push_back(DX);
-    build(*g, handles(dev).cudnn, op, key, strict);
-    b.workspace = g->get_workspace_size();
-    return b;
-  });
-  if (fused) execute(bg, dev, {dy.data(), w.data(), act_x.data(), dx.data()}, op, key);
-  else execute(bg, dev, {dy.data(), w.data(), dx.data()}, op, key);
+  GraphKey key = detail::conv_graph_key<T>(GraphOp::conv_dgrad, dev, p, strict);
+  key.add(dy.shape(), dy.strides()).add(w.shape(), w.strides()).add(dx.shape(), dx.strides());
+  key.add(static_cast<int>(act.kind)).add(act.alpha);
+  if (fused) key.add(act_x.shape(), act_x.strides());
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    std::string text = detail::conv_key<T>("dgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
+                      signature(" w", w.shape(), w.strides()) + signature(" dx", dx.shape(), dx.strides());
+    if (fused) text += " +" + detail::activation_key(act) + " bwd" + signature(" act_x", act_x.shape(), act_x.strides());
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::new_graph<T>();
+      auto DY = tensor(*g, "dy", dy);
+      auto W = tensor(*g, "w", w);
+      auto DX = g->conv_dgrad(DY, W, detail::conv_attributes<fe::graph::Conv_dgrad_attributes>(p));
+      BuiltGraph b{g, {DY, W}, 0};
+      if (fused) {
+        DX->set_dim(dx.shape().dims()).set_stride(dx.strides());
+        auto AX = tensor(*g, "act_x", act_x);
+        DX = g->pointwise(DX, AX, detail::activation_attributes(act, true));
+        b.tensors.push_back(AX);
+      }
+      DX->set_output(true).set_dim(dx.shape().dims()).set_stride(dx.strides()).set_data_type(fe_type<T>::value);
+      b.tensors.push_back(DX);
+      build(*g, handles(dev).cudnn, op, text, strict, planner);
+      b.workspace = g->get_workspace_size();
+      return b;
+    });
+  }
+  if (fused) execute(*bg, dev, {dy.data(), w.data(), act_x.data(), dx.data()}, op);
+  else execute(*bg, dev, {dy.data(), w.data(), dx.data()}, op);
 }
 
 // dw = correlation of x with dy; dw must be allocated with w's shape.
@@ -122,18 +147,24 @@ void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2
   constexpr std::string_view op = "conv2d_backward_filter";
   const int dev = dy.device().index;
   const bool strict = detail::strict_f32<T>();
-  const std::string key = detail::conv_key<T>("wgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
-                          signature(" x", x.shape(), x.strides()) + signature(" dw", dw.shape(), dw.strides());
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::new_graph<T>();
-    auto DY = tensor(*g, "dy", dy);
-    auto X = tensor(*g, "x", x);
-    auto DW = g->conv_wgrad(DY, X, detail::conv_attributes<fe::graph::Conv_wgrad_attributes>(p));
-    DW->set_output(true).set_dim(dw.shape().dims()).set_stride(dw.strides()).set_data_type(fe_type<T>::value);
-    build(*g, handles(dev).cudnn, op, key, strict);
-    return BuiltGraph{g, {DY, X, DW}, g->get_workspace_size()};
-  });
-  execute(bg, dev, {dy.data(), x.data(), dw.data()}, op, key);
+  GraphKey key = detail::conv_graph_key<T>(GraphOp::conv_wgrad, dev, p, strict);
+  key.add(dy.shape(), dy.strides()).add(x.shape(), x.strides()).add(dw.shape(), dw.strides());
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = detail::conv_key<T>("wgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
+                            signature(" x", x.shape(), x.strides()) + signature(" dw", dw.shape(), dw.strides());
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::new_graph<T>();
+      auto DY = tensor(*g, "dy", dy);
+      auto X = tensor(*g, "x", x);
+      auto DW = g->conv_wgrad(DY, X, detail::conv_attributes<fe::graph::Conv_wgrad_attributes>(p));
+      DW->set_output(true).set_dim(dw.shape().dims()).set_stride(dw.strides()).set_data_type(fe_type<T>::value);
+      build(*g, handles(dev).cudnn, op, text, strict, planner);
+      return BuiltGraph{g, {DY, X, DW}, g->get_workspace_size()};
+    });
+  }
+  execute(*bg, dev, {dy.data(), x.data(), dw.data()}, op);
 }
 
 }  // namespace cutrain::cuda::cudnn

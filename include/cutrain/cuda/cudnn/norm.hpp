@@ -8,7 +8,7 @@
 
 #include "cutrain/core/params/norm.hpp"
 #include "cutrain/cuda/cudnn/activation.hpp"
-#include "cutrain/cuda/cudnn/graph.hpp"
+#include "cutrain/cuda/cudnn/plan_store.hpp"
 
 namespace cutrain::cuda::cudnn {
 
@@ -58,29 +58,34 @@ void batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma,
   const auto [xs, xst] = detail::as_4d(x);
   const auto [ys, yst] = detail::as_4d(y);
   const std::int64_t c = x.dim(1);
-  const std::string key = cutrain::detail::cat("bn fwd train ", dtype_of<T>, " ", p, signature(" x", xs, xst),
-                                               signature(" y", ys, yst), " +", detail::activation_key(act));
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::norm_graph<T>();
-    auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
-    auto SCALE = detail::channel_tensor(*g, "scale", c);
-    auto BIAS = detail::channel_tensor(*g, "bias", c);
-    auto RM = detail::channel_tensor(*g, "running_mean", c);
-    auto RV = detail::channel_tensor(*g, "running_var", c);
-    auto EPS = detail::scalar(*g, static_cast<float>(p.eps));
-    auto MOM = detail::scalar(*g, static_cast<float>(p.momentum));
-    auto [Y, MEAN, INV, NEXT_M, NEXT_V] = g->batchnorm(
-        X, SCALE, BIAS, fe::graph::Batchnorm_attributes().set_epsilon(EPS).set_previous_running_stats(RM, RV, MOM));
-    if (act.kind != Activation::identity) Y = g->pointwise(Y, detail::activation_attributes(act, false));
-    detail::output(Y, ys, yst, fe_type<T>::value);
-    for (const auto& s : {MEAN, INV, NEXT_M, NEXT_V}) detail::output(s, {1, c, 1, 1}, {c, 1, c, c}, fe::DataType_t::FLOAT);
-    build(*g, handles(dev).cudnn, op, key, false);
-    return BuiltGraph{g, {X, SCALE, BIAS, RM, RV, Y, MEAN, INV, NEXT_M, NEXT_V}, g->get_workspace_size()};
-  });
-  execute(bg, dev,
+  GraphKey key(GraphOp::batch_norm_forward_training, dev);
+  key.add(dtype_of<T>).add(p.eps).add(p.momentum).add(xs, xst).add(ys, yst).add(static_cast<int>(act.kind)).add(act.alpha);
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = cutrain::detail::cat("bn fwd train ", dtype_of<T>, " ", p, signature(" x", xs, xst),
+                                                 signature(" y", ys, yst), " +", detail::activation_key(act));
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::norm_graph<T>();
+      auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
+      auto SCALE = detail::channel_tensor(*g, "scale", c);
+      auto BIAS = detail::channel_tensor(*g, "bias", c);
+      auto RM = detail::channel_tensor(*g, "running_mean", c);
+      auto RV = detail::channel_tensor(*g, "running_var", c);
+      auto EPS = detail::scalar(*g, static_cast<float>(p.eps));
+      auto MOM = detail::scalar(*g, static_cast<float>(p.momentum));
+      auto [Y, MEAN, INV, NEXT_M, NEXT_V] = g->batchnorm(
+          X, SCALE, BIAS, fe::graph::Batchnorm_attributes().set_epsilon(EPS).set_previous_running_stats(RM, RV, MOM));
+      if (act.kind != Activation::identity) Y = g->pointwise(Y, detail::activation_attributes(act, false));
+      detail::output(Y, ys, yst, fe_type<T>::value);
+      for (const auto& s : {MEAN, INV, NEXT_M, NEXT_V}) detail::output(s, {1, c, 1, 1}, {c, 1, c, c}, fe::DataType_t::FLOAT);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      return BuiltGraph{g, {X, SCALE, BIAS, RM, RV, Y, MEAN, INV, NEXT_M, NEXT_V}, g->get_workspace_size()};
+    });
+  }
+  execute(*bg, dev,
           {x.data(), gamma.data(), beta.data(), running_mean.data(), running_var.data(), y.data(), save_mean.data(),
-           save_inv_std.data(), next_mean.data(), next_var.data()},
-          op, key);
+           save_inv_std.data(), next_mean.data(), next_var.data()}, op);
 }
 
 template <GpuFloat T>
@@ -93,27 +98,32 @@ void batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<f
   const auto [dys, dyst] = detail::as_4d(dy);
   const auto [dxs, dxst] = detail::as_4d(dx);
   const std::int64_t c = x.dim(1);
-  const std::string key = cutrain::detail::cat("bn bwd ", dtype_of<T>, signature(" x", xs, xst),
-                                               signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::norm_graph<T>();
-    auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
-    auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
-    auto SCALE = detail::channel_tensor(*g, "scale", c);
-    auto MEAN = detail::channel_tensor(*g, "mean", c);
-    auto INV = detail::channel_tensor(*g, "inv_std", c);
-    auto [DX, DSCALE, DBIAS] =
-        g->batchnorm_backward(DY, X, SCALE, fe::graph::Batchnorm_backward_attributes().set_saved_mean_and_inv_variance(MEAN, INV));
-    detail::output(DX, dxs, dxst, fe_type<T>::value);
-    detail::output(DSCALE, {1, c, 1, 1}, {c, 1, c, c}, fe::DataType_t::FLOAT);
-    detail::output(DBIAS, {1, c, 1, 1}, {c, 1, c, c}, fe::DataType_t::FLOAT);
-    build(*g, handles(dev).cudnn, op, key, false);
-    return BuiltGraph{g, {X, DY, SCALE, MEAN, INV, DX, DSCALE, DBIAS}, g->get_workspace_size()};
-  });
-  execute(bg, dev,
+  GraphKey key(GraphOp::batch_norm_backward, dev);
+  key.add(dtype_of<T>).add(xs, xst).add(dys, dyst).add(dxs, dxst);
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = cutrain::detail::cat("bn bwd ", dtype_of<T>, signature(" x", xs, xst),
+                                                 signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::norm_graph<T>();
+      auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
+      auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
+      auto SCALE = detail::channel_tensor(*g, "scale", c);
+      auto MEAN = detail::channel_tensor(*g, "mean", c);
+      auto INV = detail::channel_tensor(*g, "inv_std", c);
+      auto [DX, DSCALE, DBIAS] =
+          g->batchnorm_backward(DY, X, SCALE, fe::graph::Batchnorm_backward_attributes().set_saved_mean_and_inv_variance(MEAN, INV));
+      detail::output(DX, dxs, dxst, fe_type<T>::value);
+      detail::output(DSCALE, {1, c, 1, 1}, {c, 1, c, c}, fe::DataType_t::FLOAT);
+      detail::output(DBIAS, {1, c, 1, 1}, {c, 1, c, c}, fe::DataType_t::FLOAT);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      return BuiltGraph{g, {X, DY, SCALE, MEAN, INV, DX, DSCALE, DBIAS}, g->get_workspace_size()};
+    });
+  }
+  execute(*bg, dev,
           {x.data(), dy.data(), gamma.data(), save_mean.data(), save_inv_std.data(), dx.data(), dgamma.data(),
-           dbeta.data()},
-          op, key);
+           dbeta.data()}, op);
 }
 
 namespace detail {
@@ -140,23 +150,29 @@ void layer_norm_forward(const Tensor<T>& x, const Tensor<float>& gamma, const Te
   const auto [ys, yst] = detail::ln_view(y);
   const auto [ps, pst] = detail::ln_param_view(xs);
   const std::int64_t n = xs[0];
-  const std::string key = cutrain::detail::cat("ln fwd ", dtype_of<T>, " eps ", eps, signature(" x", xs, xst),
-                                               signature(" y", ys, yst));
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::norm_graph<T>();
-    auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
-    auto SCALE = tensor(*g, "scale", ps, pst, fe::DataType_t::FLOAT);
-    auto BIAS = tensor(*g, "bias", ps, pst, fe::DataType_t::FLOAT);
-    auto EPS = detail::scalar(*g, static_cast<float>(eps));
-    auto [Y, MEAN, INV] = g->layernorm(
-        X, SCALE, BIAS, fe::graph::Layernorm_attributes().set_forward_phase(fe::NormFwdPhase_t::TRAINING).set_epsilon(EPS));
-    detail::output(Y, ys, yst, fe_type<T>::value);
-    detail::output(MEAN, {n, 1, 1, 1}, {1, 1, 1, 1}, fe::DataType_t::FLOAT);
-    detail::output(INV, {n, 1, 1, 1}, {1, 1, 1, 1}, fe::DataType_t::FLOAT);
-    build(*g, handles(dev).cudnn, op, key, false);
-    return BuiltGraph{g, {X, SCALE, BIAS, Y, MEAN, INV}, g->get_workspace_size()};
-  });
-  execute(bg, dev, {x.data(), gamma.data(), beta.data(), y.data(), mean.data(), inv_std.data()}, op, key);
+  GraphKey key(GraphOp::layer_norm_forward, dev);
+  key.add(dtype_of<T>).add(eps).add(xs, xst).add(ys, yst);
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = cutrain::detail::cat("ln fwd ", dtype_of<T>, " eps ", eps, signature(" x", xs, xst),
+                                                 signature(" y", ys, yst));
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::norm_graph<T>();
+      auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
+      auto SCALE = tensor(*g, "scale", ps, pst, fe::DataType_t::FLOAT);
+      auto BIAS = tensor(*g, "bias", ps, pst, fe::DataType_t::FLOAT);
+      auto EPS = detail::scalar(*g, static_cast<float>(eps));
+      auto [Y, MEAN, INV] = g->layernorm(
+          X, SCALE, BIAS, fe::graph::Layernorm_attributes().set_forward_phase(fe::NormFwdPhase_t::TRAINING).set_epsilon(EPS));
+      detail::output(Y, ys, yst, fe_type<T>::value);
+      detail::output(MEAN, {n, 1, 1, 1}, {1, 1, 1, 1}, fe::DataType_t::FLOAT);
+      detail::output(INV, {n, 1, 1, 1}, {1, 1, 1, 1}, fe::DataType_t::FLOAT);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      return BuiltGraph{g, {X, SCALE, BIAS, Y, MEAN, INV}, g->get_workspace_size()};
+    });
+  }
+  execute(*bg, dev, {x.data(), gamma.data(), beta.data(), y.data(), mean.data(), inv_std.data()}, op);
 }
 
 template <GpuFloat T>
@@ -169,26 +185,31 @@ void layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<f
   const auto [dxs, dxst] = detail::ln_view(dx);
   const auto [ps, pst] = detail::ln_param_view(xs);
   const std::int64_t n = xs[0];
-  const std::string key = cutrain::detail::cat("ln bwd ", dtype_of<T>, signature(" x", xs, xst),
-                                               signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
-  BuiltGraph& bg = cached_graph(dev, key, [&] {
-    auto g = detail::norm_graph<T>();
-    auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
-    auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
-    auto SCALE = tensor(*g, "scale", ps, pst, fe::DataType_t::FLOAT);
-    auto MEAN = tensor(*g, "mean", Shape{n, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::FLOAT);
-    auto INV = tensor(*g, "inv_std", Shape{n, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::FLOAT);
-    auto [DX, DSCALE, DBIAS] = g->layernorm_backward(
-        DY, X, SCALE, fe::graph::Layernorm_backward_attributes().set_saved_mean_and_inv_variance(MEAN, INV));
-    detail::output(DX, dxs, dxst, fe_type<T>::value);
-    detail::output(DSCALE, ps, pst, fe::DataType_t::FLOAT);
-    detail::output(DBIAS, ps, pst, fe::DataType_t::FLOAT);
-    build(*g, handles(dev).cudnn, op, key, false);
-    return BuiltGraph{g, {X, DY, SCALE, MEAN, INV, DX, DSCALE, DBIAS}, g->get_workspace_size()};
-  });
-  execute(bg, dev,
-          {x.data(), dy.data(), gamma.data(), mean.data(), inv_std.data(), dx.data(), dgamma.data(), dbeta.data()}, op,
-          key);
+  GraphKey key(GraphOp::layer_norm_backward, dev);
+  key.add(dtype_of<T>).add(xs, xst).add(dys, dyst).add(dxs, dxst);
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = cutrain::detail::cat("ln bwd ", dtype_of<T>, signature(" x", xs, xst),
+                                                 signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::norm_graph<T>();
+      auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
+      auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
+      auto SCALE = tensor(*g, "scale", ps, pst, fe::DataType_t::FLOAT);
+      auto MEAN = tensor(*g, "mean", Shape{n, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::FLOAT);
+      auto INV = tensor(*g, "inv_std", Shape{n, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::FLOAT);
+      auto [DX, DSCALE, DBIAS] = g->layernorm_backward(
+          DY, X, SCALE, fe::graph::Layernorm_backward_attributes().set_saved_mean_and_inv_variance(MEAN, INV));
+      detail::output(DX, dxs, dxst, fe_type<T>::value);
+      detail::output(DSCALE, ps, pst, fe::DataType_t::FLOAT);
+      detail::output(DBIAS, ps, pst, fe::DataType_t::FLOAT);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      return BuiltGraph{g, {X, DY, SCALE, MEAN, INV, DX, DSCALE, DBIAS}, g->get_workspace_size()};
+    });
+  }
+  execute(*bg, dev,
+          {x.data(), dy.data(), gamma.data(), mean.data(), inv_std.data(), dx.data(), dgamma.data(), dbeta.data()}, op);
 }
 
 }  // namespace cutrain::cuda::cudnn

@@ -23,43 +23,11 @@
 #include <vector>
 
 #include "cutrain/cuda/autotune/tuner.hpp"
-#include "cutrain/cuda/cudnn/variant_packs.hpp"
+#include "cutrain/cuda/cudnn/graph.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
 namespace cutrain::cuda::cudnn {
-
-namespace fe = cudnn_frontend;
-using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
-
-// What a plan file holds besides the plan.
-struct PlanRecord {
-  std::string file_key{};  // names the file: the graph key, a tuned plan's choice, the GPU, the library versions
-  std::string graph_key{};  // cached_graph's "device|key"
-  // A tuned plan's autotune key (op and signature) and choice ("engine 12 3=1 ..."); empty: the
-  // heuristics' plan.
-  std::string tuned_op{}, tuned_signature{}, tuned_choice{};
-  std::vector<std::int64_t> bytes{};  // per pointer, in execution order: the bytes it spans; -1: a host value
-  bool on_disk = false;             // the file is there already (the graph was read from it)
-};
-
-// A built graph, its tensors in execution order, and the workspace its plan needs.
-struct BuiltGraph {
-  std::shared_ptr<fe::graph::Graph> graph;
-  std::vector<TensorAttr> tensors;
-  std::int64_t workspace = 0;
-  std::int64_t plan_index = -1;  // the plan the autotuner chose; -1: the graph's default (heuristics' choice)
-  // For execute's fast path: the index in `tensors` of each pointer the graph takes, in the
-  // order it takes them (its variant pack's uids, sorted); filled at the first execute.
-  std::vector<int> sorted{};
-  // The plan's variant packs of recent calls (see cudnn/variant_packs.hpp); made after the first
-  // execute through the frontend, null where the plan does not allow them.
-  std::shared_ptr<VariantPacks> packs{};
-  bool packs_tried = false;
-  // Set when the plan goes to (or came from) a file: written after the first execute, and named
-  // in the warm-start list.
-  std::shared_ptr<PlanRecord> record{};
-};
 
 // ---- Built plans on disk ----------------------------------------------------------------------
 // cuDNN compiles the kernels of runtime-fused engines (batch norm, pointwise graphs, some fused
@@ -85,7 +53,7 @@ inline std::string choice_text(const autotune::Choice& c) {
   return t;
 }
 
-// `key` is cached_graph's key (without the device); `choice` a tuned plan's choice_text, or empty.
+// `key` is the graph's text (without the device); `choice` a tuned plan's choice_text, or empty.
 inline std::string plan_file_key(int device, const std::string& key, const std::string& choice = {}) {
   return autotune::Key::make("cudnn plan", choice.empty() ? key : key + " | tuned " + choice, "cudnn",
                              autotune::environment(device))
@@ -139,8 +107,8 @@ inline bool save_plan_file(const BuiltGraph& bg) noexcept {
   }
 }
 
-// The plan in the file `name`, ready to execute, if it is the plan of graph_key (cached_graph's
-// "device|key") for this GPU and these library versions; nothing when there is none or it does not
+// The plan in the file `name`, ready to execute, if it is the plan of graph_key (the graph's
+// "device|text") for this GPU and these library versions; nothing when there is none or it does not
 // deserialize here.
 inline std::optional<BuiltGraph> load_plan_file(int device, const std::string& name, const std::string& graph_key) {
   const auto dir = plan_dir();
@@ -204,15 +172,13 @@ inline std::optional<BuiltGraph> load_plan_file(int device, const std::string& n
   return bg;
 }
 
-// Whether a plan read from a file is what this thread would plan for `key` now: the heuristics'
+// Whether a plan read from a file is what `planner` would plan for `text` now: the heuristics'
 // plan where the autotuner leaves the graph to them; a tuned plan in cached mode when the cache
 // still holds its choice. (Benchmark mode times every tuned graph again.)
-inline bool plan_fits_now(const PlanRecord& r, int device, const std::string& key) {
-  const autotune::Mode mode = autotune::mode();
-  const autotune::Options o = autotune::options();
-  if (mode == autotune::Mode::heuristic || !autotune::tunes_graph(key, o)) return r.tuned_choice.empty();
-  if (mode != autotune::Mode::cached || r.tuned_choice.empty() ||
-      r.tuned_signature != key + (o.deterministic_only ? " deterministic" : ""))
+inline bool plan_fits_now(const PlanRecord& r, int device, const std::string& text, const autotune::Planner& planner) {
+  if (!planner.tunes()) return r.tuned_choice.empty();
+  if (planner.mode() != autotune::Mode::cached || r.tuned_choice.empty() ||
+      r.tuned_signature != text + (planner.options().deterministic_only ? " deterministic" : ""))
     return false;
   const autotune::Environment env = autotune::environment(device);
   const auto c = autotune::cache();
@@ -221,7 +187,7 @@ inline bool plan_fits_now(const PlanRecord& r, int device, const std::string& ke
   return hit && choice_text(*hit) == r.tuned_choice;
 }
 
-// The record of a tuned plan of `key` (cached_graph's "device|key" is graph_key): its file is keyed
+// The record of a tuned plan of `key` (graph_key is its "device|text"): its file is keyed
 // by the choice, and may be there already from an earlier run.
 inline std::shared_ptr<PlanRecord> tuned_record(int device, const std::string& key, const std::string& graph_key,
                                                 const autotune::Result& tuned) {
@@ -240,7 +206,7 @@ inline std::shared_ptr<PlanRecord> tuned_record(int device, const std::string& k
 // A warm-start list (cuda::warm_start) names the plan files a program used, in the order it first
 // used them. A later run of the program reads the list and loads those plans on background threads,
 // each run once on scratch buffers so that its kernels are loaded too, while the program sets up;
-// cached_graph() then takes a loaded plan instead of building it (and waits for one in flight, or
+// the plan store then takes a loaded plan instead of building it (and waits for one in flight, or
 // loads it itself if no thread has started it). Plans the program builds that the list lacks are
 // added to it.
 namespace detail {
@@ -310,7 +276,8 @@ inline void reset_warm_start() {
 }
 
 // The plan the warm start loaded for graph_key ("device|key"), if it loaded one and it fits now.
-inline std::optional<BuiltGraph> take_warm(int device, const std::string& graph_key, const std::string& key) {
+inline std::optional<BuiltGraph> take_warm(int device, const std::string& graph_key, const std::string& key,
+                                           const autotune::Planner& planner) {
   auto& w = warm_list();
   if (!w.active.load(std::memory_order_acquire)) return std::nullopt;
   std::unique_lock lock(w.mutex);
@@ -328,7 +295,7 @@ inline std::optional<BuiltGraph> take_warm(int device, const std::string& graph_
   w.ready.wait(lock, [&] { return slot->state == WarmSlot::State::ready; });
   std::optional<BuiltGraph> g = std::move(slot->graph);
   lock.unlock();
-  if (g && !plan_fits_now(*g->record, device, key)) g.reset();
+  if (g && !plan_fits_now(*g->record, device, key, planner)) g.reset();
   return g;
 }
 }  // namespace detail
