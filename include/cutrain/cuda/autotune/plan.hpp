@@ -50,7 +50,7 @@ inline void speed_filters(fe::graph::Graph& g, bool strict_f32) {
 // What the planner asked for and what plan() found.
 struct Request {
   int device = 0;
-  std::string graph_key;            // the graph's signature text (cudnn::GraphKey::text)
+  std::string graph_key;            // the graph's signature text (the text PlanStore::build is given)
   Mode mode = Mode::heuristic;
   Options options;
   bool planned = false;             // plan() ran for this graph
