@@ -6,7 +6,7 @@
 //  - batch-norm training forward (alone and with relu after it), relu forward, on
 //    256x128x32x32 bf16 NHWC and f32 NCHW, in GB/s;
 //  - max pool 2x2 forward and backward (NVRTC kernels) on the same shapes, in GB/s.
-// Timing as in ../shared/DESIGN.md: CUDA events around 10 back-to-back calls, median of 30 after
+// Timing as in docs/performance.md (method): CUDA events around 10 back-to-back calls, median of 30 after
 // warm-up, same buffers.
 //   build/bench/bench_ops_gpu --benchmark_out=ops.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>

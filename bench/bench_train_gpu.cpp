@@ -6,7 +6,7 @@
 //    f32 parameters, bf16 compute, eager and graphed; f16 with optim::GradScaler, eager);
 //  - host time per call of a tiny cached op (relu and conv on 1x8x8x8), no synchronization
 //    inside the loop: what the dispatch, the graph-cache lookup and the launch cost.
-// Timing as in ../shared/DESIGN.md: CUDA events around one step, median of 30 after warm-up.
+// Timing as in docs/performance.md (method): CUDA events around one step, median of 30 after warm-up.
 //   build/bench/bench_train_gpu --benchmark_out=train.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
