@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "cutrain/core/error.hpp"
-#include "cutrain/cuda/cublas/linear.hpp"
+#include "cutrain/cuda/cublas/algo.hpp"
 #include "cutrain/cuda/cudnn/plan_files.hpp"
 #include "cutrain/cuda/runtime.hpp"
 

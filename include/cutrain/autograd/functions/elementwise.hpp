@@ -1,0 +1,159 @@
+// Differentiable elementwise ops and element-type conversion on Var<T>: add, multiply and scale
+// (with operator+ and operator*), dropout with a seeded mask, and cast<U> between element types
+// for mixed precision, whose backward sends the gradient back converted to the input's type.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cutrain/autograd/functions/record.hpp"
+#include "cutrain/autograd/var.hpp"
+#include "cutrain/ops/cast.hpp"
+#include "cutrain/ops/dropout.hpp"
+#include "cutrain/ops/elementwise.hpp"
+
+namespace cutrain::autograd {
+
+// ---- elementwise -------------------------------------------------------------------------
+
+template <class T>
+struct AddFn final : Node<T> {
+  std::string_view name() const override { return "add"; }
+  Tensor<T> forward(const Tensor<T>& a, const Tensor<T>& b) { return ops::add(a, b); }
+  std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
+    std::vector<Tensor<T>> g(2);
+    if (this->needs_grad(0) && this->needs_grad(1)) {
+      // Two copies: two leaves must never share one gradient tensor (an optimizer may clip one).
+      BinaryBackward<T> r = ops::add_backward(dy);
+      g[0] = std::move(r.da);
+      g[1] = std::move(r.db);
+    } else {
+      g[this->needs_grad(0) ? 0 : 1] = dy.view();
+    }
+    return g;
+  }
+  void release_saved() override {}
+};
+
+template <class T>
+Var<T> add(const Var<T>& a, const Var<T>& b) {
+  auto fn = std::make_shared<AddFn<T>>();
+  Tensor<T> y = fn->forward(a.value(), b.value());
+  return detail::finish<T>(std::move(y), fn, {&a, &b});
+}
+
+template <class T>
+struct MultiplyFn final : Node<T> {
+  Tensor<T> a, b;
+  std::string_view name() const override { return "multiply"; }
+  Tensor<T> forward(const Tensor<T>& a_, const Tensor<T>& b_) {
+    Tensor<T> y = ops::multiply(a_, b_);
+    a = a_.view();
+    b = b_.view();
+    return y;
+  }
+  std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
+    std::vector<Tensor<T>> g(2);
+    if (this->needs_grad(0)) g[0] = ops::multiply(dy, b);
+    if (this->needs_grad(1)) g[1] = ops::multiply(dy, a);
+    return g;
+  }
+  void release_saved() override { a = {}; b = {}; }
+};
+
+// Elementwise a * b (equal shapes).
+template <class T>
+Var<T> multiply(const Var<T>& a, const Var<T>& b) {
+  auto fn = std::make_shared<MultiplyFn<T>>();
+  Tensor<T> y = fn->forward(a.value(), b.value());
+  return detail::finish<T>(std::move(y), fn, {&a, &b});
+}
+
+template <class T>
+struct ScaleFn final : Node<T> {
+  double alpha;
+  explicit ScaleFn(double a) : alpha(a) {}
+  std::string_view name() const override { return "scale"; }
+  Tensor<T> forward(const Tensor<T>& x) { return ops::scale(x, alpha); }
+  std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
+    std::vector<Tensor<T>> g(1);
+    if (this->needs_grad(0)) g[0] = ops::scale_backward(dy, alpha);
+    return g;
+  }
+  void release_saved() override {}
+};
+
+template <class T>
+Var<T> scale(const Var<T>& x, double alpha) {
+  auto fn = std::make_shared<ScaleFn<T>>(alpha);
+  Tensor<T> y = fn->forward(x.value());
+  return detail::finish<T>(std::move(y), fn, {&x});
+}
+
+template <class T> Var<T> operator+(const Var<T>& a, const Var<T>& b) { return add(a, b); }
+template <class T> Var<T> operator*(const Var<T>& a, const Var<T>& b) { return multiply(a, b); }
+template <class T> Var<T> operator*(double alpha, const Var<T>& x) { return scale(x, alpha); }
+
+template <class T>
+struct DropoutFn final : Node<T> {
+  Tensor<T> mask;
+  std::string_view name() const override { return "dropout"; }
+  Tensor<T> forward(const Tensor<T>& x, double p, std::uint64_t seed) {
+    DropoutForward<T> r = ops::dropout_forward(x, p, seed);
+    mask = std::move(r.mask);
+    return std::move(r.y);
+  }
+  std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
+    std::vector<Tensor<T>> g(1);
+    if (this->needs_grad(0)) g[0] = ops::dropout_backward(dy, mask);
+    return g;
+  }
+  void release_saved() override { mask = {}; }
+};
+
+// Inverted dropout with a seeded mask; the caller picks a fresh seed per step.
+template <class T>
+Var<T> dropout(const Var<T>& x, double p, std::uint64_t seed) {
+  auto fn = std::make_shared<DropoutFn<T>>();
+  Tensor<T> y = fn->forward(x.value(), p, seed);
+  return detail::finish<T>(std::move(y), fn, {&x});
+}
+
+// ---- element type ------------------------------------------------------------------------
+
+// The cast's graph holds Var<U>; its input is a Var<T>, which no Node<U> can list among its
+// inputs, so backward sends the input its gradient itself (detail::send_gradient).
+template <class U, class T>
+struct CastFn final : Node<U> {
+  std::shared_ptr<detail::VarImpl<T>> src;
+  std::string_view name() const override { return "cast"; }
+  std::vector<Tensor<U>> backward(const Tensor<U>& dy) override {
+    detail::send_gradient(src, ops::cast<T>(dy));
+    return {};
+  }
+  void release_saved() override { src.reset(); }
+};
+
+// x converted to element type U (mixed precision: f32 parameters into a bf16 or f16 model,
+// its output back to f32 for the loss); the gradient comes back converted to T. The same type
+// returns x itself, an undefined Var an undefined one. A Var with history may be cast once per
+// backward; a leaf (a parameter) any number of times.
+template <class U, class T>
+Var<U> cast(const Var<T>& x) {
+  if constexpr (std::same_as<U, T>) {
+    return x;
+  } else {
+    if (!x.defined()) return {};
+    Tensor<U> y = ops::cast<U>(x.value());
+    if (!detail::records({x.requires_grad()})) return Var<U>(std::move(y));
+    auto fn = std::make_shared<CastFn<U, T>>();
+    fn->src = x.impl();
+    return Var<U>::from_node(std::move(y), std::move(fn));
+  }
+}
+
+}  // namespace cutrain::autograd
