@@ -117,7 +117,7 @@ void tiny_conv(benchmark::State& state) {
   host_overhead(state, [&] { benchmark::DoNotOptimize(ops::conv2d_forward(x, w, Tensor<float>{}, p)); });
 }
 
-// Where the host time of tiny_relu goes: building its graph-cache key, the cache lookup, and
+// Where the host time of tiny_relu goes: building its graph key, the plan store's lookup, and
 // cuDNN's execute of the built graph (variant pack and launch), each alone. tiny_scale is an
 // elementwise op on an NVRTC kernel (no cuDNN), for comparison.
 struct TinyRelu {
@@ -128,9 +128,9 @@ struct TinyRelu {
     x = Tensor<float>::uniform(Shape{1, 8, 8, 8}, rng, -1, 1, {.layout = Layout::nchw}).to(Device::cuda(0));
     y = ops::activation_forward(x, a);  // builds and caches the graph
   }
-  std::string key() const {
+  cuda::cudnn::GraphKey key() const {
     const auto [vs, vst] = cuda::cudnn::elementwise_view(x);
-    return cuda::cudnn::detail::activation_graph_key<float>("fwd", a, vs, vst);
+    return cuda::cudnn::detail::activation_graph_key<float>(cuda::cudnn::GraphOp::activation_forward, 0, a, vs, vst);
   }
 };
 
@@ -141,21 +141,17 @@ void tiny_relu_key(benchmark::State& state) {
 
 void tiny_relu_lookup(benchmark::State& state) {
   TinyRelu t;
-  const std::string key = t.key();
-  host_overhead(state, [&] {
-    benchmark::DoNotOptimize(&cuda::cudnn::cached_graph(0, key, [] () -> cuda::cudnn::BuiltGraph {
-      throw Error("bench", "the graph should be cached");
-    }));
-  });
+  const auto key = t.key();
+  auto& store = cuda::cudnn::plan_store();
+  if (!store.find(key)) throw Error("bench", "the graph should be built");
+  host_overhead(state, [&] { benchmark::DoNotOptimize(store.find(key)); });
 }
 
 void tiny_relu_execute(benchmark::State& state) {
   TinyRelu t;
-  const std::string key = t.key();
-  cuda::cudnn::BuiltGraph& bg = cuda::cudnn::cached_graph(0, key, [] () -> cuda::cudnn::BuiltGraph {
-    throw Error("bench", "the graph should be cached");
-  });
-  host_overhead(state, [&] { cuda::cudnn::execute(bg, 0, {t.x.data(), t.y.data()}, "bench", key); });
+  cuda::cudnn::BuiltGraph* bg = cuda::cudnn::plan_store().find(t.key());
+  if (!bg) throw Error("bench", "the graph should be built");
+  host_overhead(state, [&] { cuda::cudnn::execute(*bg, 0, {t.x.data(), t.y.data()}, "bench"); });
 }
 
 void tiny_scale(benchmark::State& state) {

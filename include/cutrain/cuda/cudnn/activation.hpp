@@ -33,10 +33,16 @@ inline std::string activation_key(const ActivationParams& a) {
   return cutrain::detail::cat(a.kind, " alpha ", a.alpha);
 }
 
-// The graph-cache key of activation_forward (direction "fwd") or _backward ("bwd") in T on the
-// elementwise view (vs, vst).
+// The graph key of activation_forward or _backward in T on device `dev` over the elementwise view
+// (vs, vst), and its text (direction "fwd" or "bwd").
 template <GpuFloat T>
-std::string activation_graph_key(const char* direction, const ActivationParams& a, const Shape& vs, const Strides& vst) {
+GraphKey activation_graph_key(GraphOp op, int dev, const ActivationParams& a, const Shape& vs, const Strides& vst) {
+  GraphKey key(op, dev);
+  key.add(dtype_of<T>).add(static_cast<int>(a.kind)).add(a.alpha).add(vs, vst);
+  return key;
+}
+template <GpuFloat T>
+std::string activation_graph_text(const char* direction, const ActivationParams& a, const Shape& vs, const Strides& vst) {
   return cutrain::detail::cat("activation ", direction, " ", activation_key(a), " ", dtype_of<T>,
                               signature(" view", vs, vst));
 }
@@ -48,12 +54,11 @@ void activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>
   constexpr std::string_view op = "activation_forward";
   const int dev = x.device().index;
   const auto [vs, vst] = elementwise_view(x);
-  GraphKey key(GraphOp::activation_forward, dev);
-  key.add(dtype_of<T>).add(static_cast<int>(a.kind)).add(a.alpha).add(vs, vst);
+  const GraphKey key = detail::activation_graph_key<T>(GraphOp::activation_forward, dev, a, vs, vst);
   PlanStore& store = plan_store();
   BuiltGraph* bg = store.find(key);
   if (!bg) {
-    const std::string text = detail::activation_graph_key<T>("fwd", a, vs, vst);
+    const std::string text = detail::activation_graph_text<T>("fwd", a, vs, vst);
     bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
       auto g = std::make_shared<fe::graph::Graph>();
       g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
@@ -73,12 +78,11 @@ void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Activati
   constexpr std::string_view op = "activation_backward";
   const int dev = x.device().index;
   const auto [vs, vst] = elementwise_view(x);
-  GraphKey key(GraphOp::activation_backward, dev);
-  key.add(dtype_of<T>).add(static_cast<int>(a.kind)).add(a.alpha).add(vs, vst);
+  const GraphKey key = detail::activation_graph_key<T>(GraphOp::activation_backward, dev, a, vs, vst);
   PlanStore& store = plan_store();
   BuiltGraph* bg = store.find(key);
   if (!bg) {
-    const std::string text = detail::activation_graph_key<T>("bwd", a, vs, vst);
+    const std::string text = detail::activation_graph_text<T>("bwd", a, vs, vst);
     bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
       auto g = std::make_shared<fe::graph::Graph>();
       g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
