@@ -217,25 +217,23 @@ class Tensor {
       copy_bytes(data(), device(), src.data(), src.device(), static_cast<std::size_t>(numel()) * sizeof(T));
       return;
     }
-#ifdef CUTRAIN_WITH_CUDA
-    // Between two layouts of one GPU: a kernel on the current stream (overlapping views of one
-    // storage excepted: they go through the host, which reads all before it writes).
-    if (src.device() == device() && rank() <= 8 && storage_ != src.storage_) {
-      if (const auto copy = detail::device_copy_hook()) {
-        if (numel() == 0) return;
-        detail::StridedCopy c{.dst = data(), .src = src.data(), .elem_bytes = sizeof(T), .device = device().index};
-        c.dims.rank = rank();
-        for (int d = 0; d < rank(); ++d) {
-          const auto k = static_cast<std::size_t>(d);
-          c.dims.shape[k] = shape_[d];
-          c.dims.dst[k] = strides_[k];
-          c.dims.src[k] = src.strides_[k];
-        }
-        copy(c);
-        return;
+    // Between two layouts of one GPU: the backend's kernel on the current stream, where it has
+    // one (overlapping views of one storage excepted: they go through the host, which reads all
+    // before it writes).
+    const auto strided_copy = detail::device_backend_slot().strided_copy;
+    if (strided_copy && src.device() == device() && rank() <= 8 && storage_ != src.storage_) {
+      if (numel() == 0) return;
+      detail::StridedCopy c{.dst = data(), .src = src.data(), .elem_bytes = sizeof(T), .device = device().index};
+      c.dims.rank = rank();
+      for (int d = 0; d < rank(); ++d) {
+        const auto k = static_cast<std::size_t>(d);
+        c.dims.shape[k] = shape_[d];
+        c.dims.dst[k] = strides_[k];
+        c.dims.src[k] = src.strides_[k];
       }
+      strided_copy(c);
+      return;
     }
-#endif
     assign(src.to_vector());
   }
 

@@ -1,5 +1,6 @@
 // The CUDA runtime under cutrain: status checks, per-device per-thread cuDNN and cuBLASLt
 // handles bound to the thread's stream, and a workspace arena that grows and is then reused.
+// Including it (every cuda/ header does) registers the CUDA backend that core/ allocates through.
 #pragma once
 
 #ifndef CUTRAIN_WITH_CUDA
@@ -17,6 +18,8 @@
 #include <unordered_map>
 
 #include "cutrain/core/storage.hpp"
+#include "cutrain/cuda/allocator.hpp"
+#include "cutrain/cuda/backend.hpp"
 
 namespace cutrain::cuda {
 

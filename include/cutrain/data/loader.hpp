@@ -27,12 +27,6 @@
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/data/idx.hpp"
 
-#ifdef CUTRAIN_WITH_CUDA
-#include <array>
-
-#include "cutrain/cuda/runtime.hpp"
-#endif
-
 namespace cutrain::data {
 
 struct LoaderOptions {
@@ -52,60 +46,6 @@ struct Batch {
   Tensor<T> x;             // [B, C, H, W]
   Tensor<std::int32_t> y;  // [B]
 };
-
-#ifdef CUTRAIN_WITH_CUDA
-namespace detail {
-// Pinned host buffers that batches for the GPU are assembled in, two of them used in turn: the
-// copy to the device is then asynchronous, so the host assembles batch k + 1 (and queues its
-// step) while the GPU still runs step k. A buffer is written again only after its last copy is
-// done (its event).
-class PinnedStaging {
- public:
-  PinnedStaging() = default;
-  PinnedStaging(const PinnedStaging&) = delete;
-  PinnedStaging& operator=(const PinnedStaging&) = delete;
-  ~PinnedStaging() {
-    for (auto& s : slots_) {
-      if (s.done) {
-        cudaEventSynchronize(s.done);
-        cudaEventDestroy(s.done);
-      }
-      if (s.host) cudaFreeHost(s.host);
-    }
-  }
-  // The next buffer, at least bytes long, free to be written.
-  void* acquire(std::size_t bytes) {
-    constexpr std::string_view op = "data::Loader";
-    Slot& s = slots_[next_];
-    if (s.done) cuda::check(cudaEventSynchronize(s.done), op, "waiting for a staging buffer's last copy");
-    else cuda::check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), op, "cudaEventCreate");
-    if (s.bytes < bytes) {
-      if (s.host) cuda::check(cudaFreeHost(s.host), op, "cudaFreeHost");
-      s.host = nullptr;
-      s.bytes = 0;
-      cuda::check(cudaHostAlloc(&s.host, bytes, cudaHostAllocDefault), op,
-                  cutrain::detail::cat("cudaHostAlloc of ", bytes, " bytes (pinned staging buffer)"));
-      s.bytes = bytes;
-    }
-    return s.host;
-  }
-  // The copies out of the buffer acquire() returned are queued on this thread's stream.
-  void release() {
-    cuda::check(cudaEventRecord(slots_[next_].done, cuda::current_stream()), "data::Loader", "cudaEventRecord");
-    next_ = (next_ + 1) % slots_.size();
-  }
-
- private:
-  struct Slot {
-    void* host = nullptr;
-    std::size_t bytes = 0;
-    cudaEvent_t done = nullptr;
-  };
-  std::array<Slot, 2> slots_{};
-  std::size_t next_ = 0;
-};
-}  // namespace detail
-#endif
 
 template <class T = float>
 class Loader {
@@ -128,8 +68,9 @@ class Loader {
     CUTRAIN_REQUIRE(opts.random_crop_padding >= 0 && opts.random_crop_padding <= std::min(h, w), InvalidArgument,
                     "data::Loader", "random_crop_padding must be in [0, ", std::min(h, w), "] (0 = off), got ",
                     opts.random_crop_padding);
-    CUTRAIN_REQUIRE(opts.device.is_cpu() || built_with_cuda, InvalidArgument, "data::Loader", "device ", opts.device,
-                    " needs a build with CUDA (CUTRAIN_WITH_CUDA)");
+    CUTRAIN_REQUIRE(opts.device.is_cpu() || cutrain::detail::has_device_backend(), InvalidArgument, "data::Loader",
+                    "device ", opts.device, " needs the CUDA backend (link cutrain::cuda, include cutrain/cutrain.hpp)");
+    if (!opts.device.is_cpu()) staging_ = cutrain::detail::device_backend("data::Loader").make_staging();
     // Contiguous row-major host copies make batch assembly plain indexing.
     if (images_.layout() != Layout::row_major && images_.layout() != Layout::nchw) images_ = images_.contiguous(Layout::row_major);
     if (labels_.layout() != Layout::row_major) labels_ = labels_.contiguous(Layout::row_major);
@@ -175,7 +116,6 @@ class Loader {
     Tensor<std::int32_t> y;
     T* dst = nullptr;
     std::int32_t* ydst = nullptr;
-#ifdef CUTRAIN_WITH_CUDA
     const auto x_bytes = static_cast<std::size_t>(b * sample) * sizeof(T);
     const std::size_t y_offset = (x_bytes + 255) / 256 * 256;
     if (!opts_.device.is_cpu()) {
@@ -183,7 +123,6 @@ class Loader {
       dst = reinterpret_cast<T*>(base);
       ydst = reinterpret_cast<std::int32_t*>(base + y_offset);
     }
-#endif
     if (!dst) {
       x = Tensor<T>({b, c, h, w});
       y = Tensor<std::int32_t>({b});
@@ -228,20 +167,12 @@ class Loader {
       }
     }
     if (opts_.device.is_cpu()) return {std::move(x), std::move(y)};
-#ifdef CUTRAIN_WITH_CUDA
     Tensor<T> xd(Shape{b, c, h, w}, {.device = opts_.device});
     Tensor<std::int32_t> yd(Shape{b}, {.device = opts_.device});
-    const cudaStream_t stream = cuda::current_stream();
-    cuda::check(cudaMemcpyAsync(xd.data(), dst, x_bytes, cudaMemcpyHostToDevice, stream), "data::Loader",
-                "cudaMemcpyAsync of a batch");
-    cuda::check(cudaMemcpyAsync(yd.data(), ydst, static_cast<std::size_t>(b) * sizeof(std::int32_t),
-                                cudaMemcpyHostToDevice, stream),
-                "data::Loader", "cudaMemcpyAsync of a batch's labels");
+    staging_->upload(xd.data(), opts_.device, dst, x_bytes);
+    staging_->upload(yd.data(), opts_.device, ydst, static_cast<std::size_t>(b) * sizeof(std::int32_t));
     staging_->release();
     return {std::move(xd), std::move(yd)};
-#else
-    return {x.to(opts_.device), y.to(opts_.device)};
-#endif
   }
 
   class iterator {
@@ -284,9 +215,8 @@ class Loader {
   Tensor<std::int32_t> labels_;
   LoaderOptions opts_;
   std::int64_t epoch_ = 0;
-#ifdef CUTRAIN_WITH_CUDA
-  std::shared_ptr<detail::PinnedStaging> staging_ = std::make_shared<detail::PinnedStaging>();
-#endif
+  // For a device: the backend's pinned buffers the batches are assembled in.
+  std::shared_ptr<cutrain::detail::HostStaging> staging_;
 };
 
 template <class T>

@@ -42,27 +42,24 @@ BatchNormForward<T, S> batch_norm_forward_training(const Tensor<T>& x, const Ten
   const std::int64_t per_channel = x.numel() / x.dim(1);
   CUTRAIN_REQUIRE(per_channel > 1, InvalidArgument, op, "x ", x.describe(),
                   " has one value per channel (N*H*W == 1): the unbiased variance for running_var is undefined");
-  if (detail::on_cpu(op, x, gamma, beta, running_mean, running_var)) {
-    if constexpr (CpuFloat<T> && std::same_as<T, S>)
-      return cpu::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p);
-    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
-    const Device dev = x.device();
-    BatchNormForward<T, S> r{detail::device_output<T>(x.shape(), x), Tensor<S>(c, {.device = dev}),
-                             Tensor<S>(c, {.device = dev})};
-    Tensor<S> next_mean(c, {.device = dev}), next_var(c, {.device = dev});
-    cuda::cudnn::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
-                                             r.save_inv_std, next_mean, next_var);
-    running_mean.copy_from(next_mean);
-    running_var.copy_from(next_var);
-    return r;
-  } else {
-    detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#endif
-  return {};
+  // The running statistics are updated in place: the implementations take them from here.
+  return detail::dispatch<BatchNormForward<T, S>, detail::NormDtypes<T, S>>(
+      op,
+      [&](const auto& x, const auto& gamma, const auto& beta, const auto&, const auto&) {
+        return cpu::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p);
+      },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& gamma, const auto& beta, const auto&, const auto&) {
+        const Device dev = x.device();
+        BatchNormForward<T, S> r{detail::device_output<T>(x.shape(), x), Tensor<S>(c, {.device = dev}),
+                                 Tensor<S>(c, {.device = dev})};
+        Tensor<S> next_mean(c, {.device = dev}), next_var(c, {.device = dev});
+        cuda::cudnn::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
+                                                 r.save_inv_std, next_mean, next_var);
+        running_mean.copy_from(next_mean);
+        running_var.copy_from(next_var);
+        return r;
+      }),
+      x, gamma, beta, running_mean, running_var);
 }
 
 template <class T, class S>
@@ -76,23 +73,19 @@ Tensor<T> batch_norm_forward_inference(const Tensor<T>& x, const Tensor<S>& gamm
   check::shape(op, running_mean, c, "running_mean");
   check::shape(op, running_var, c, "running_var");
   cutrain::detail::norm_check_eps(op, eps);
-  if (detail::on_cpu(op, x, gamma, beta, running_mean, running_var)) {
-    if constexpr (CpuFloat<T> && std::same_as<T, S>)
-      return cpu::batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps);
-    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  // An NVRTC kernel, not cuDNN: cuDNN 9.19's graph API had no engine for batchnorm_inference on
-  // the H200 in any layout or dtype (cuda/kernels/batch_norm_inference.hpp).
-  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
-    Tensor<T> y = detail::device_output<T>(x.shape(), x);
-    cuda::kernels::batch_norm_inference(x, gamma, beta, running_mean, running_var, eps, y);
-    return y;
-  } else {
-    detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>, detail::NormDtypes<T, S>>(
+      op,
+      [&](const auto& x, const auto& gamma, const auto& beta, const auto& mean, const auto& var) {
+        return cpu::batch_norm_forward_inference(x, gamma, beta, mean, var, eps);
+      },
+      // An NVRTC kernel, not cuDNN: cuDNN 9.19's graph API had no engine for batchnorm_inference on
+      // the H200 in any layout or dtype (cuda/kernels/batch_norm_inference.hpp).
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& gamma, const auto& beta, const auto& mean, const auto& var) {
+        Tensor<T> y = detail::device_output<T>(x.shape(), x);
+        cuda::kernels::batch_norm_inference(x, gamma, beta, mean, var, eps, y);
+        return y;
+      }),
+      x, gamma, beta, running_mean, running_var);
 }
 
 template <class T, class S>
@@ -104,23 +97,19 @@ NormBackward<T, S> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, 
   check::shape(op, gamma, c, "gamma");
   check::shape(op, save_mean, c, "save_mean");
   check::shape(op, save_inv_std, c, "save_inv_std");
-  if (detail::on_cpu(op, x, dy, gamma, save_mean, save_inv_std)) {
-    if constexpr (CpuFloat<T> && std::same_as<T, S>)
-      return cpu::batch_norm_backward(x, dy, gamma, save_mean, save_inv_std);
-    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
-    const Device dev = x.device();
-    NormBackward<T, S> r{detail::device_output<T>(x.shape(), dy), Tensor<S>(c, {.device = dev}),
-                         Tensor<S>(c, {.device = dev})};
-    cuda::cudnn::batch_norm_backward(x, dy, gamma, save_mean, save_inv_std, r.dx, r.dgamma, r.dbeta);
-    return r;
-  } else {
-    detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#endif
-  return {};
+  return detail::dispatch<NormBackward<T, S>, detail::NormDtypes<T, S>>(
+      op,
+      [](const auto& x, const auto& dy, const auto& gamma, const auto& mean, const auto& inv_std) {
+        return cpu::batch_norm_backward(x, dy, gamma, mean, inv_std);
+      },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& dy, const auto& gamma, const auto& mean, const auto& inv_std) {
+        const Device dev = x.device();
+        NormBackward<T, S> r{detail::device_output<T>(x.shape(), dy), Tensor<S>(c, {.device = dev}),
+                             Tensor<S>(c, {.device = dev})};
+        cuda::cudnn::batch_norm_backward(x, dy, gamma, mean, inv_std, r.dx, r.dgamma, r.dbeta);
+        return r;
+      }),
+      x, dy, gamma, save_mean, save_inv_std);
 }
 
 }  // namespace cutrain::ops

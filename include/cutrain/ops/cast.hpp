@@ -9,11 +9,22 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/cast.hpp"
 #endif
 
 namespace cutrain::ops {
+
+namespace detail {
+// Every pair of types on the CPU; f32, bf16 and f16 on the GPU.
+template <class U, class T>
+struct CastDtypes {
+  static constexpr bool cpu = true, gpu = cuda::GpuFloat<T> && cuda::GpuFloat<U>;
+  [[noreturn]] static void gpu_unsupported(std::string_view op, const Tensor<T>& x) {
+    throw NotImplemented(op, cutrain::detail::cat("the CUDA backend casts between f32, bf16 and f16, not from ",
+                                                  dtype_of<T>, " to ", dtype_of<U>, " (", x.describe(), ")"));
+  }
+};
+}  // namespace detail
 
 // x converted to U; nhwc when x is nhwc, else row-major. U == T gives a view of x (no copy).
 template <class U, class T>
@@ -23,14 +34,9 @@ Tensor<U> cast(const Tensor<T>& x) {
   if constexpr (std::same_as<U, T>) {
     return x.view();
   } else {
-    if (detail::on_cpu(op, x)) return cutrain::cast<U>(x);
-#ifdef CUTRAIN_WITH_CUDA
-    if constexpr (cuda::GpuFloat<T> && cuda::GpuFloat<U>) return cuda::kernels::cast<U>(x);
-    else
-      throw NotImplemented(op, cutrain::detail::cat("the CUDA backend casts between f32, bf16 and f16, not from ",
-                                                    dtype_of<T>, " to ", dtype_of<U>, " (", x.describe(), ")"));
-#endif
-    return {};
+    return detail::dispatch<Tensor<U>, detail::CastDtypes<U, T>>(
+        op, [](const auto& x) { return cutrain::cast<U>(x); },
+        CUTRAIN_IF_CUDA([](const auto& x) { return cuda::kernels::cast<U>(x); }), x);
   }
 }
 

@@ -38,21 +38,14 @@ Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>
   check::rank(op, w, 4, "w");
   conv2d_output_shape(x.shape(), w.shape(), p, op);
   detail::conv2d_check_bias(op, bias, w.dim(0));
-  const bool cpu = bias.defined() ? detail::on_cpu(op, x, w, bias) : detail::on_cpu(op, x, w);
-  if (cpu) {
-    if constexpr (CpuFloat<T>) return cpu::conv2d_forward(x, w, bias, p);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::cudnn::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(conv2d_output_shape(x.shape(), w.shape(), p, op), x);
-    cuda::cudnn::conv2d_forward(x, w, bias, p, y);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& x, const auto& w, const auto& bias) { return cpu::conv2d_forward(x, w, bias, p); },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& bias) {
+        Tensor<T> y = detail::device_output<T>(conv2d_output_shape(x.shape(), w.shape(), p, op), x);
+        cuda::cudnn::conv2d_forward(x, w, bias, p, y);
+        return y;
+      }),
+      x, w, bias);
 }
 
 template <class T>
@@ -70,29 +63,25 @@ Tensor<T> conv2d_bias_activation_forward(const Tensor<T>& x, const Tensor<T>& w,
   check::rank(op, w, 4, "w");
   [[maybe_unused]] const Shape ys = conv2d_output_shape(x.shape(), w.shape(), p, op);
   detail::conv2d_check_bias(op, bias, w.dim(0));
-  const bool cpu = bias.defined() ? detail::on_cpu(op, x, w, bias) : detail::on_cpu(op, x, w);
-  if (cpu) {
-    if constexpr (CpuFloat<T>) return cpu::activation_forward(cpu::conv2d_forward(x, w, bias, p), act);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::cudnn::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(ys, x);
-    try {
-      cuda::cudnn::conv2d_forward(x, w, bias, p, y, act);
-    } catch (const CudnnError&) {
-      // cuDNN has no fused engine for every activation, dtype and layout (f32 NCHW + gelu, for
-      // one): run the conv (+ bias) graph, then the activation graph. The failed build is
-      // remembered, so this costs one exception per call, not a new build.
-      cuda::cudnn::conv2d_forward(x, w, bias, p, y);
-      return activation_forward(y, act);
-    }
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op,
+      [&](const auto& x, const auto& w, const auto& bias) {
+        return cpu::activation_forward(cpu::conv2d_forward(x, w, bias, p), act);
+      },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& bias) {
+        Tensor<T> y = detail::device_output<T>(ys, x);
+        try {
+          cuda::cudnn::conv2d_forward(x, w, bias, p, y, act);
+        } catch (const CudnnError&) {
+          // cuDNN has no fused engine for every activation, dtype and layout (f32 NCHW + gelu, for
+          // one): run the conv (+ bias) graph, then the activation graph. The failed build is
+          // remembered, so this costs one exception per call, not a new build.
+          cuda::cudnn::conv2d_forward(x, w, bias, p, y);
+          return activation_forward(y, act);
+        }
+        return y;
+      }),
+      x, w, bias);
 }
 
 template <class T>
@@ -100,20 +89,14 @@ Tensor<T> conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Sh
   constexpr std::string_view op = "conv2d_backward_data";
   check::rank(op, w, 4, "w");
   detail::conv2d_check_dy(op, dy, x_shape, w.shape(), p);
-  if (detail::on_cpu(op, dy, w)) {
-    if constexpr (CpuFloat<T>) return cpu::conv2d_backward_data(dy, w, x_shape, p);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::cudnn::GpuFloat<T>) {
-    Tensor<T> dx = detail::device_output<T>(x_shape, dy);
-    cuda::cudnn::conv2d_backward_data(dy, w, p, dx);
-    return dx;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& dy, const auto& w) { return cpu::conv2d_backward_data(dy, w, x_shape, p); },
+      CUTRAIN_IF_CUDA([&](const auto& dy, const auto& w) {
+        Tensor<T> dx = detail::device_output<T>(x_shape, dy);
+        cuda::cudnn::conv2d_backward_data(dy, w, p, dx);
+        return dx;
+      }),
+      dy, w);
 }
 
 // d(act_x) = act'(act_x) * conv2d_backward_data(dy, w): the data gradient of a conv whose input
@@ -126,26 +109,23 @@ Tensor<T> conv2d_backward_data_activation(const Tensor<T>& dy, const Tensor<T>& 
   check::rank(op, w, 4, "w");
   check::rank(op, act_x, 4, "act_x");
   detail::conv2d_check_dy(op, dy, act_x.shape(), w.shape(), p);
-  if (detail::on_cpu(op, dy, w, act_x)) {
-    if constexpr (CpuFloat<T>) return cpu::activation_backward(act_x, cpu::conv2d_backward_data(dy, w, act_x.shape(), p), act);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::cudnn::GpuFloat<T>) {
-    Tensor<T> dx = detail::device_output<T>(act_x.shape(), dy);
-    try {
-      cuda::cudnn::conv2d_backward_data(dy, w, p, dx, act, act_x);
-    } catch (const CudnnError&) {
-      // No fused engine for this activation, dtype or layout: dgrad graph, then activation graph.
-      cuda::cudnn::conv2d_backward_data(dy, w, p, dx);
-      return activation_backward(act_x, dx, act);
-    }
-    return dx;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op,
+      [&](const auto& dy, const auto& w, const auto& act_x) {
+        return cpu::activation_backward(act_x, cpu::conv2d_backward_data(dy, w, act_x.shape(), p), act);
+      },
+      CUTRAIN_IF_CUDA([&](const auto& dy, const auto& w, const auto& act_x) {
+        Tensor<T> dx = detail::device_output<T>(act_x.shape(), dy);
+        try {
+          cuda::cudnn::conv2d_backward_data(dy, w, p, dx, act, act_x);
+        } catch (const CudnnError&) {
+          // No fused engine for this activation, dtype or layout: dgrad graph, then activation graph.
+          cuda::cudnn::conv2d_backward_data(dy, w, p, dx);
+          return activation_backward(act_x, dx, act);
+        }
+        return dx;
+      }),
+      dy, w, act_x);
 }
 
 template <class T>
@@ -154,20 +134,14 @@ Tensor<T> conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const 
   constexpr std::string_view op = "conv2d_backward_filter";
   check::rank(op, x, 4, "x");
   detail::conv2d_check_dy(op, dy, x.shape(), w_shape, p);
-  if (detail::on_cpu(op, dy, x)) {
-    if constexpr (CpuFloat<T>) return cpu::conv2d_backward_filter(dy, x, w_shape, p);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::cudnn::GpuFloat<T>) {
-    Tensor<T> dw = detail::device_output<T>(w_shape, x);
-    cuda::cudnn::conv2d_backward_filter(dy, x, p, dw);
-    return dw;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& dy, const auto& x) { return cpu::conv2d_backward_filter(dy, x, w_shape, p); },
+      CUTRAIN_IF_CUDA([&](const auto& dy, const auto& x) {
+        Tensor<T> dw = detail::device_output<T>(w_shape, x);
+        cuda::cudnn::conv2d_backward_filter(dy, x, p, dw);
+        return dw;
+      }),
+      dy, x);
 }
 
 template <class T>
@@ -175,22 +149,16 @@ Tensor<T> conv2d_backward_bias(const Tensor<T>& dy) {
   constexpr std::string_view op = "conv2d_backward_bias";
   check::rank(op, dy, 4, "dy");
   cutrain::detail::conv2d_check_dims(op, dy.shape(), "dy");
-  if (detail::on_cpu(op, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::conv2d_backward_bias(dy);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  // An NVRTC reduction, not cuDNN's: cuDNN 9.19's graph reduction had no engine for this on the
-  // H200 except f32 NHWC (2026-11-29).
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> db = detail::device_output<T>(Shape{dy.dim(1)}, dy);
-    cuda::kernels::bias_grad(dy, db);
-    return db;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& dy) { return cpu::conv2d_backward_bias(dy); },
+      // An NVRTC reduction, not cuDNN's: cuDNN 9.19's graph reduction had no engine for this on the
+      // H200 except f32 NHWC (2026-11-29).
+      CUTRAIN_IF_CUDA([](const auto& dy) {
+        Tensor<T> db = detail::device_output<T>(Shape{dy.dim(1)}, dy);
+        cuda::kernels::bias_grad(dy, db);
+        return db;
+      }),
+      dy);
 }
 
 }  // namespace cutrain::ops

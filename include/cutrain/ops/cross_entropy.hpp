@@ -8,7 +8,6 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/cross_entropy.hpp"
 #endif
 
@@ -32,9 +31,7 @@ void check_cross_entropy(std::string_view op, const Tensor<T>& logits, const Ten
                   "label_smoothing must be in [0, 1), got ", p.label_smoothing);
   // Labels index the logits: an out-of-range one would read outside the row. Under CUDA graph
   // capture the host cannot read them; the kernel then turns a bad label into a NaN loss.
-#ifdef CUTRAIN_WITH_CUDA
-  if (!labels.device().is_cpu() && cuda::capturing()) return;
-#endif
+  if (!labels.device().is_cpu() && cutrain::detail::device_capturing()) return;
   const auto lab = labels.to_vector();
   for (std::size_t i = 0; i < lab.size(); ++i)
     CUTRAIN_REQUIRE(lab[i] >= 0 && lab[i] < C, InvalidArgument, op, "label ", lab[i], " at index ", i,
@@ -48,20 +45,14 @@ Tensor<T> cross_entropy_forward(const Tensor<T>& logits, const Tensor<std::int32
                                 const CrossEntropyParams& p = {}) {
   constexpr std::string_view op = "cross_entropy_forward";
   detail::check_cross_entropy(op, logits, labels, p);
-  if (detail::on_cpu(op, logits, labels)) {
-    if constexpr (CpuFloat<T>) return cpu::cross_entropy_forward(logits, labels, p);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> loss = detail::device_output<T>(Shape{}, logits);
-    cuda::kernels::cross_entropy_forward(logits, labels, p, loss);
-    return loss;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& logits, const auto& labels) { return cpu::cross_entropy_forward(logits, labels, p); },
+      CUTRAIN_IF_CUDA([&](const auto& logits, const auto& labels) {
+        Tensor<T> loss = detail::device_output<T>(Shape{}, logits);
+        cuda::kernels::cross_entropy_forward(logits, labels, p, loss);
+        return loss;
+      }),
+      logits, labels);
 }
 
 // dlogits [N, C] for an upstream gradient dloss of the scalar loss. T is deduced from the logits
@@ -71,21 +62,15 @@ Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int3
                                  std::type_identity_t<T> dloss, const CrossEntropyParams& p = {}) {
   constexpr std::string_view op = "cross_entropy_backward";
   detail::check_cross_entropy(op, logits, labels, p);
-  if (detail::on_cpu(op, logits, labels)) {
-    if constexpr (CpuFloat<T>) return cpu::cross_entropy_backward(logits, labels, dloss, p);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    // Recomputes the softmax from the logits (the forward keeps no state).
-    Tensor<T> dlogits = detail::device_output<T>(logits.shape(), logits);
-    cuda::kernels::cross_entropy_backward(logits, labels, static_cast<double>(dloss), p, dlogits);
-    return dlogits;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& logits, const auto& labels) { return cpu::cross_entropy_backward(logits, labels, dloss, p); },
+      CUTRAIN_IF_CUDA([&](const auto& logits, const auto& labels) {
+        // Recomputes the softmax from the logits (the forward keeps no state).
+        Tensor<T> dlogits = detail::device_output<T>(logits.shape(), logits);
+        cuda::kernels::cross_entropy_backward(logits, labels, static_cast<double>(dloss), p, dlogits);
+        return dlogits;
+      }),
+      logits, labels);
 }
 
 // The same with dloss as a one-element tensor on the logits' device: on the GPU the kernel reads
@@ -97,20 +82,18 @@ Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int3
   check::defined(op, dloss, "dloss");
   CUTRAIN_REQUIRE(dloss.numel() == 1 && dloss.device() == logits.device(), InvalidArgument, op,
                   "dloss must be one element on the device of logits ", logits.describe(), ", got ", dloss.describe());
-  if (dloss.device().is_cpu()) return cross_entropy_backward(logits, labels, dloss.to_vector()[0], p);
   detail::check_cross_entropy(op, logits, labels, p);
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> dlogits = detail::device_output<T>(logits.shape(), logits);
-    cuda::kernels::cross_entropy_backward(logits, labels, dloss, p, dlogits);
-    return dlogits;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#else
-  cutrain::detail::no_cuda(op);
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op,
+      [&](const auto& logits, const auto& labels) {
+        return cpu::cross_entropy_backward(logits, labels, dloss.to_vector()[0], p);
+      },
+      CUTRAIN_IF_CUDA([&](const auto& logits, const auto& labels) {
+        Tensor<T> dlogits = detail::device_output<T>(logits.shape(), logits);
+        cuda::kernels::cross_entropy_backward(logits, labels, dloss, p, dlogits);
+        return dlogits;
+      }),
+      logits, labels);
 }
 
 }  // namespace cutrain::ops

@@ -1,31 +1,32 @@
-// How ops/ chooses a backend: by the device of the tensors, at run time.
+// How ops/ chooses a backend: by the device of the tensors, at run time. Every op checks its
+// arguments, then ends in dispatch(), which checks that the tensors share a device and runs the
+// op's CPU or CUDA implementation (or says why it cannot):
+//
+//   return detail::dispatch<Tensor<T>>(op,
+//       [&](const auto& a, const auto& b) { return cpu::add(a, b); },
+//       CUTRAIN_IF_CUDA([&](const auto& a, const auto& b) { ...cuda::kernels::add(a, b, y)... }),
+//       a, b);
+//
+// Both implementations take the tensors as auto parameters, so that their bodies are compiled
+// only for the element types the backend computes in.
 #pragma once
 
+#include <concepts>
 #include <string_view>
+#include <type_traits>
 
 #include "cutrain/core/check.hpp"
+#include "cutrain/cuda/gpu_float.hpp"
+
+// The one place ops/ asks whether this translation unit has the CUDA backend: the CUDA
+// implementation is compiled only then, and is otherwise replaced by a stand-in that throws.
+#ifdef CUTRAIN_WITH_CUDA
+#define CUTRAIN_IF_CUDA(...) __VA_ARGS__
+#else
+#define CUTRAIN_IF_CUDA(...) ::cutrain::ops::detail::NoCuda {}
+#endif
 
 namespace cutrain::ops::detail {
-
-// Checks that all tensors share a device. Returns true for the CPU; for CUDA, throws until the
-// op has a CUDA implementation (the CUDA backend replaces these calls op by op).
-template <class T, class... Rest>
-bool use_cpu(std::string_view op, const Tensor<T>& first, const Rest&... rest) {
-  const Device d = check::same_device(op, first, rest...);
-  if (d.is_cpu()) return true;
-  if constexpr (!built_with_cuda) cutrain::detail::no_cuda(op);
-  throw NotImplemented(op, cutrain::detail::cat("not implemented on CUDA yet (tensors on ", d, ")"));
-}
-
-// For ops with a CUDA implementation: checks that all tensors share a device and returns true
-// for the CPU, false for CUDA (throwing when this build has no CUDA).
-template <class T, class... Rest>
-bool on_cpu(std::string_view op, const Tensor<T>& first, const Rest&... rest) {
-  const Device d = check::same_device(op, first, rest...);
-  if (d.is_cpu()) return true;
-  if constexpr (!built_with_cuda) cutrain::detail::no_cuda(op);
-  return false;
-}
 
 // A new output of `shape` on like's device, nhwc when `like` is nhwc (else row-major/nchw).
 template <class T, class U>
@@ -57,6 +58,64 @@ template <class T, class S>
 template <class T>
 [[noreturn]] void cpu_dtype_unsupported(std::string_view op) {
   throw NotImplemented(op, cutrain::detail::cat("the CPU backend computes in f32 and f64, got ", dtype_of<T>));
+}
+
+// What element types each backend computes an op in, and what it throws for the others (given
+// the op and the first tensor). Float is the default: f32 and f64 on the CPU, f32, bf16 and f16
+// on the GPU.
+template <class T>
+struct FloatDtypes {
+  static constexpr bool cpu = CpuFloat<T>, gpu = cuda::GpuFloat<T>;
+  [[noreturn]] static void cpu_unsupported(std::string_view op, const auto&) { cpu_dtype_unsupported<T>(op); }
+  [[noreturn]] static void gpu_unsupported(std::string_view op, const auto&) { gpu_dtype_unsupported<T>(op); }
+};
+
+// x in T, parameters and statistics in S: S == T on the CPU, S == float on the GPU.
+template <class T, class S>
+struct NormDtypes {
+  static constexpr bool cpu = CpuFloat<T> && std::same_as<T, S>, gpu = cuda::GpuFloat<T> && std::same_as<S, float>;
+  [[noreturn]] static void cpu_unsupported(std::string_view op, const auto& x) {
+    norm_dtypes_unsupported<T, S>(op, x.device());
+  }
+  [[noreturn]] static void gpu_unsupported(std::string_view op, const auto& x) {
+    norm_dtypes_unsupported<T, S>(op, x.device());
+  }
+};
+
+// Data movement: every element type on both backends.
+struct AnyDtype {
+  static constexpr bool cpu = true, gpu = true;
+};
+
+// CUTRAIN_IF_CUDA's stand-in for a CUDA implementation in a translation unit without CUDA.
+struct NoCuda {};
+
+// The device of first, after checking that every other defined tensor is on it (an undefined
+// one, such as an absent bias, is on no device).
+template <class T, class... Rest>
+Device common_device([[maybe_unused]] std::string_view op, const Tensor<T>& first, const Rest&... rest) {
+  ((rest.defined() ? void(check::same_device(op, first, rest)) : void()), ...);
+  return first.device();
+}
+
+// Runs cpu(tensors...) or gpu(tensors...) by the tensors' device, or throws: DeviceError for
+// tensors on different devices or for CUDA tensors without the CUDA backend, NotImplemented for
+// an element type the backend does not compute in (Dtypes; void means FloatDtypes of the first
+// tensor's type).
+template <class R, class Dtypes = void, class Cpu, class Gpu, class T, class... Rest>
+R dispatch(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu&& gpu, const Tensor<T>& first,
+           const Rest&... rest) {
+  using D = std::conditional_t<std::is_void_v<Dtypes>, FloatDtypes<T>, Dtypes>;
+  if (common_device(op, first, rest...).is_cpu()) {
+    if constexpr (D::cpu) return cpu(first, rest...);
+    else D::cpu_unsupported(op, first);
+  } else if constexpr (std::same_as<std::remove_cvref_t<Gpu>, NoCuda>) {
+    cutrain::detail::no_cuda(op);
+  } else if constexpr (D::gpu) {
+    return gpu(first, rest...);
+  } else {
+    D::gpu_unsupported(op, first);
+  }
 }
 
 }  // namespace cutrain::ops::detail

@@ -7,7 +7,6 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/dropout.hpp"
 #endif
 
@@ -21,20 +20,14 @@ DropoutForward<T> dropout_forward(const Tensor<T>& x, double p, std::uint64_t se
   // p == 1 would scale the kept elements by 1 / 0; the negated test also rejects NaN.
   CUTRAIN_REQUIRE(p >= 0.0 && p < 1.0, InvalidArgument, op, "p must be in [0, 1), got ", p, " for x ",
                   x.describe());
-  if (detail::on_cpu(op, x)) {
-    if constexpr (CpuFloat<T>) return cpu::dropout_forward(x, p, seed);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    DropoutForward<T> out{detail::device_output<T>(x.shape(), x), detail::device_output<T>(x.shape(), x)};
-    cuda::kernels::dropout_forward(x, p, seed, out.y, out.mask);
-    return out;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<DropoutForward<T>>(
+      op, [&](const auto& x) { return cpu::dropout_forward(x, p, seed); },
+      CUTRAIN_IF_CUDA([&](const auto& x) {
+        DropoutForward<T> out{detail::device_output<T>(x.shape(), x), detail::device_output<T>(x.shape(), x)};
+        cuda::kernels::dropout_forward(x, p, seed, out.y, out.mask);
+        return out;
+      }),
+      x);
 }
 
 // dx = dy * mask, where mask is dropout_forward's mask.
@@ -43,20 +36,14 @@ Tensor<T> dropout_backward(const Tensor<T>& dy, const Tensor<T>& mask) {
   constexpr std::string_view op = "dropout_backward";
   check::defined(op, dy, "dy");
   check::shape(op, mask, dy.shape(), "mask");
-  if (detail::on_cpu(op, dy, mask)) {
-    if constexpr (CpuFloat<T>) return cpu::dropout_backward(dy, mask);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> dx = detail::device_output<T>(dy.shape(), dy);
-    cuda::kernels::dropout_backward(dy, mask, dx);
-    return dx;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& dy, const auto& mask) { return cpu::dropout_backward(dy, mask); },
+      CUTRAIN_IF_CUDA([](const auto& dy, const auto& mask) {
+        Tensor<T> dx = detail::device_output<T>(dy.shape(), dy);
+        cuda::kernels::dropout_backward(dy, mask, dx);
+        return dx;
+      }),
+      dy, mask);
 }
 
 }  // namespace cutrain::ops

@@ -7,7 +7,6 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/elementwise.hpp"
 #endif
 
@@ -33,20 +32,14 @@ template <class T>
 Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
   constexpr std::string_view op = "add";
   detail::check_elementwise_pair(op, a, "a", b, "b");
-  if (detail::on_cpu(op, a, b)) {
-    if constexpr (CpuFloat<T>) return cpu::add(a, b);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(a.shape(), a);
-    cuda::kernels::add(a, b, y);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& a, const auto& b) { return cpu::add(a, b); },
+      CUTRAIN_IF_CUDA([](const auto& a, const auto& b) {
+        Tensor<T> y = detail::device_output<T>(a.shape(), a);
+        cuda::kernels::add(a, b, y);
+        return y;
+      }),
+      a, b);
 }
 
 // a * b elementwise; the output takes a's layout.
@@ -54,20 +47,14 @@ template <class T>
 Tensor<T> multiply(const Tensor<T>& a, const Tensor<T>& b) {
   constexpr std::string_view op = "multiply";
   detail::check_elementwise_pair(op, a, "a", b, "b");
-  if (detail::on_cpu(op, a, b)) {
-    if constexpr (CpuFloat<T>) return cpu::multiply(a, b);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(a.shape(), a);
-    cuda::kernels::multiply(a, b, y);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& a, const auto& b) { return cpu::multiply(a, b); },
+      CUTRAIN_IF_CUDA([](const auto& a, const auto& b) {
+        Tensor<T> y = detail::device_output<T>(a.shape(), a);
+        cuda::kernels::multiply(a, b, y);
+        return y;
+      }),
+      a, b);
 }
 
 // alpha * a.
@@ -76,20 +63,14 @@ Tensor<T> scale(const Tensor<T>& a, double alpha) {
   constexpr std::string_view op = "scale";
   check::defined(op, a, "a");
   detail::check_elementwise_alpha(op, alpha);
-  if (detail::on_cpu(op, a)) {
-    if constexpr (CpuFloat<T>) return cpu::scale(a, alpha);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(a.shape(), a);
-    cuda::kernels::scale(a, alpha, y);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& a) { return cpu::scale(a, alpha); },
+      CUTRAIN_IF_CUDA([&](const auto& a) {
+        Tensor<T> y = detail::device_output<T>(a.shape(), a);
+        cuda::kernels::scale(a, alpha, y);
+        return y;
+      }),
+      a);
 }
 
 // da = db = dy (two copies).
@@ -97,21 +78,15 @@ template <class T>
 BinaryBackward<T> add_backward(const Tensor<T>& dy) {
   constexpr std::string_view op = "add_backward";
   check::defined(op, dy, "dy");
-  if (detail::on_cpu(op, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::add_backward(dy);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    BinaryBackward<T> g{detail::device_output<T>(dy.shape(), dy), detail::device_output<T>(dy.shape(), dy)};
-    cuda::kernels::scale(dy, 1.0, g.da);  // exact copies, on the current stream
-    cuda::kernels::scale(dy, 1.0, g.db);
-    return g;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<BinaryBackward<T>>(
+      op, [](const auto& dy) { return cpu::add_backward(dy); },
+      CUTRAIN_IF_CUDA([](const auto& dy) {
+        BinaryBackward<T> g{detail::device_output<T>(dy.shape(), dy), detail::device_output<T>(dy.shape(), dy)};
+        cuda::kernels::scale(dy, 1.0, g.da);  // exact copies, on the current stream
+        cuda::kernels::scale(dy, 1.0, g.db);
+        return g;
+      }),
+      dy);
 }
 
 // da = dy * b (in a's layout), db = dy * a (in b's layout).
@@ -120,21 +95,15 @@ BinaryBackward<T> multiply_backward(const Tensor<T>& a, const Tensor<T>& b, cons
   constexpr std::string_view op = "multiply_backward";
   detail::check_elementwise_pair(op, a, "a", b, "b");
   detail::check_elementwise_pair(op, a, "a", dy, "dy");
-  if (detail::on_cpu(op, a, b, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::multiply_backward(a, b, dy);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    BinaryBackward<T> g{detail::device_output<T>(a.shape(), a), detail::device_output<T>(b.shape(), b)};
-    cuda::kernels::multiply(dy, b, g.da);
-    cuda::kernels::multiply(dy, a, g.db);
-    return g;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<BinaryBackward<T>>(
+      op, [](const auto& a, const auto& b, const auto& dy) { return cpu::multiply_backward(a, b, dy); },
+      CUTRAIN_IF_CUDA([](const auto& a, const auto& b, const auto& dy) {
+        BinaryBackward<T> g{detail::device_output<T>(a.shape(), a), detail::device_output<T>(b.shape(), b)};
+        cuda::kernels::multiply(dy, b, g.da);
+        cuda::kernels::multiply(dy, a, g.db);
+        return g;
+      }),
+      a, b, dy);
 }
 
 // da = alpha * dy.
@@ -143,20 +112,14 @@ Tensor<T> scale_backward(const Tensor<T>& dy, double alpha) {
   constexpr std::string_view op = "scale_backward";
   check::defined(op, dy, "dy");
   detail::check_elementwise_alpha(op, alpha);
-  if (detail::on_cpu(op, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::scale_backward(dy, alpha);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> dx = detail::device_output<T>(dy.shape(), dy);
-    cuda::kernels::scale(dy, alpha, dx);
-    return dx;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& dy) { return cpu::scale_backward(dy, alpha); },
+      CUTRAIN_IF_CUDA([&](const auto& dy) {
+        Tensor<T> dx = detail::device_output<T>(dy.shape(), dy);
+        cuda::kernels::scale(dy, alpha, dx);
+        return dx;
+      }),
+      dy);
 }
 
 }  // namespace cutrain::ops

@@ -1,7 +1,7 @@
 // flatten / flatten_backward: [N, ...] <-> [N, rest] in logical (NCHW) order. Pure data movement,
 // so every dtype works on both devices; only the device check dispatches. On a cuda tensor the
-// copies (an nhwc or strided x, an nhwc dx, a strided dy) are Tensor::contiguous, which today goes
-// through the host (slow, but exact); row-major inputs give views, with no copy at all.
+// copies (an nhwc or strided x, an nhwc dx, a strided dy) are Tensor::contiguous (the backend's
+// strided copy kernel); row-major inputs give views, with no copy at all.
 #pragma once
 
 #include "cutrain/cpu/common.hpp"
@@ -18,11 +18,9 @@ Tensor<T> flatten(const Tensor<T>& x) {
   CUTRAIN_REQUIRE(x.rank() >= 2, InvalidArgument, op, "x must be at least 2-d [N, ...], got ", x.describe());
   std::int64_t rest = 1;
   for (int d = 1; d < x.rank(); ++d) rest *= x.dim(d);
-  if (detail::on_cpu(op, x)) return cpu::row_major(x).reshape(Shape{x.dim(0), rest});
-#ifdef CUTRAIN_WITH_CUDA
-  return x.contiguous(Layout::row_major).reshape(Shape{x.dim(0), rest});
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>, detail::AnyDtype>(
+      op, [&](const auto& x) { return cpu::row_major(x).reshape(Shape{x.dim(0), rest}); },
+      CUTRAIN_IF_CUDA([&](const auto& x) { return x.contiguous(Layout::row_major).reshape(Shape{x.dim(0), rest}); }), x);
 }
 
 // dy [N, rest] back to x_shape, contiguous in `layout` (row_major/nchw: a view of dy when dy is
@@ -42,15 +40,10 @@ Tensor<T> flatten_backward(const Tensor<T>& dy, const Shape& x_shape, Layout lay
                   layout);
   CUTRAIN_REQUIRE(layout != Layout::nhwc || x_shape.rank() == 4, InvalidArgument, op,
                   "layout nhwc needs a 4-d x_shape, got ", x_shape);
-  if (detail::on_cpu(op, dy)) {
-    Tensor<T> dx = cpu::row_major(dy).reshape(x_shape);
-    return layout == Layout::nhwc ? dx.contiguous(Layout::nhwc) : std::move(dx);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  Tensor<T> dx = dy.contiguous(Layout::row_major).reshape(x_shape);
-  return layout == Layout::nhwc ? dx.contiguous(Layout::nhwc) : std::move(dx);
-#endif
-  return {};
+  const auto in_layout = [&](Tensor<T> dx) { return layout == Layout::nhwc ? dx.contiguous(Layout::nhwc) : std::move(dx); };
+  return detail::dispatch<Tensor<T>, detail::AnyDtype>(
+      op, [&](const auto& dy) { return in_layout(cpu::row_major(dy).reshape(x_shape)); },
+      CUTRAIN_IF_CUDA([&](const auto& dy) { return in_layout(dy.contiguous(Layout::row_major).reshape(x_shape)); }), dy);
 }
 
 }  // namespace cutrain::ops

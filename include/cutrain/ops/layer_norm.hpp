@@ -33,28 +33,21 @@ LayerNormForward<T, S> layer_norm_forward(const Tensor<T>& x, const Tensor<S>& g
   check::shape(op, gamma, rest, "gamma");
   check::shape(op, beta, rest, "beta");
   cutrain::detail::norm_check_eps(op, eps);
-  if (detail::on_cpu(op, x, gamma, beta)) {
-    if constexpr (CpuFloat<T> && std::same_as<T, S>) return cpu::layer_norm_forward(x, gamma, beta, eps);
-    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
-    const Device dev = x.device();
-    // cuDNN's layer norm (9.19, H200) gave wrong results for NHWC x and has no NHWC backward:
-    // it runs on a row-major (NCHW) copy, and y goes back to x's layout. The copies go through
-    // the host until the CUDA copy kernel lands: a slow path, for NHWC only.
-    const Tensor<T> xs = x.contiguous(Layout::row_major);
-    LayerNormForward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(Shape{x.dim(0)}, {.device = dev}),
-                             Tensor<S>(Shape{x.dim(0)}, {.device = dev})};
-    cuda::cudnn::layer_norm_forward(xs, gamma.contiguous(Layout::row_major), beta.contiguous(Layout::row_major), eps,
-                                    r.y, r.mean, r.inv_std);
-    if (detail::elementwise_layout(x) == Layout::nhwc) r.y = r.y.contiguous(Layout::nhwc);
-    return r;
-  } else {
-    detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#endif
-  return {};
+  return detail::dispatch<LayerNormForward<T, S>, detail::NormDtypes<T, S>>(
+      op, [&](const auto& x, const auto& gamma, const auto& beta) { return cpu::layer_norm_forward(x, gamma, beta, eps); },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& gamma, const auto& beta) {
+        const Device dev = x.device();
+        // cuDNN's layer norm (9.19, H200) gave wrong results for NHWC x and has no NHWC backward:
+        // it runs on a row-major (NCHW) copy, and y goes back to x's layout.
+        const auto xs = x.contiguous(Layout::row_major);
+        LayerNormForward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(Shape{x.dim(0)}, {.device = dev}),
+                                 Tensor<S>(Shape{x.dim(0)}, {.device = dev})};
+        cuda::cudnn::layer_norm_forward(xs, gamma.contiguous(Layout::row_major), beta.contiguous(Layout::row_major),
+                                        eps, r.y, r.mean, r.inv_std);
+        if (detail::elementwise_layout(x) == Layout::nhwc) r.y = r.y.contiguous(Layout::nhwc);
+        return r;
+      }),
+      x, gamma, beta);
 }
 
 template <class T, class S>
@@ -67,26 +60,23 @@ NormBackward<T, S> layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, 
   const Shape n{x.dim(0)};
   check::shape(op, mean, n, "mean");
   check::shape(op, inv_std, n, "inv_std");
-  if (detail::on_cpu(op, x, dy, gamma, mean, inv_std)) {
-    if constexpr (CpuFloat<T> && std::same_as<T, S>) return cpu::layer_norm_backward(x, dy, gamma, mean, inv_std);
-    else detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T> && std::same_as<S, float>) {
-    const Device dev = x.device();
-    // Row-major (NCHW) only, as in the forward.
-    const Tensor<T> xs = x.contiguous(Layout::row_major), dys = dy.contiguous(Layout::row_major);
-    NormBackward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(gamma.shape(), {.device = dev}),
-                         Tensor<S>(gamma.shape(), {.device = dev})};
-    cuda::cudnn::layer_norm_backward(xs, dys, gamma.contiguous(Layout::row_major), mean, inv_std, r.dx, r.dgamma,
-                                     r.dbeta);
-    if (detail::elementwise_layout(dy) == Layout::nhwc) r.dx = r.dx.contiguous(Layout::nhwc);
-    return r;
-  } else {
-    detail::norm_dtypes_unsupported<T, S>(op, x.device());
-  }
-#endif
-  return {};
+  return detail::dispatch<NormBackward<T, S>, detail::NormDtypes<T, S>>(
+      op,
+      [](const auto& x, const auto& dy, const auto& gamma, const auto& mean, const auto& inv_std) {
+        return cpu::layer_norm_backward(x, dy, gamma, mean, inv_std);
+      },
+      CUTRAIN_IF_CUDA([](const auto& x, const auto& dy, const auto& gamma, const auto& mean, const auto& inv_std) {
+        const Device dev = x.device();
+        // Row-major (NCHW) only, as in the forward.
+        const auto xs = x.contiguous(Layout::row_major), dys = dy.contiguous(Layout::row_major);
+        NormBackward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(gamma.shape(), {.device = dev}),
+                             Tensor<S>(gamma.shape(), {.device = dev})};
+        cuda::cudnn::layer_norm_backward(xs, dys, gamma.contiguous(Layout::row_major), mean, inv_std, r.dx, r.dgamma,
+                                         r.dbeta);
+        if (detail::elementwise_layout(dy) == Layout::nhwc) r.dx = r.dx.contiguous(Layout::nhwc);
+        return r;
+      }),
+      x, dy, gamma, mean, inv_std);
 }
 
 }  // namespace cutrain::ops

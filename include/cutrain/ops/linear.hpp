@@ -8,7 +8,6 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cublas/linear.hpp"
-#include "cutrain/cuda/gpu_float.hpp"
 #endif
 
 namespace cutrain::ops {
@@ -31,21 +30,14 @@ Tensor<T> linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>
   constexpr std::string_view op = "linear_forward";
   detail::check_linear_inputs(op, x, w);
   if (bias.defined()) check::shape(op, bias, Shape{w.dim(0)}, "bias");
-  const bool cpu = bias.defined() ? detail::on_cpu(op, x, w, bias) : detail::on_cpu(op, x, w);
-  if (cpu) {
-    if constexpr (CpuFloat<T>) return cpu::linear_forward(x, w, bias);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), w.dim(0)}, x);
-    cuda::cublas::linear_forward(x, w, bias, Activation::identity, y, op);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& x, const auto& w, const auto& bias) { return cpu::linear_forward(x, w, bias); },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& bias) {
+        Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), w.dim(0)}, x);
+        cuda::cublas::linear_forward(x, w, bias, Activation::identity, y, op);
+        return y;
+      }),
+      x, w, bias);
 }
 
 template <class T>
@@ -59,21 +51,15 @@ LinearBackward<T> linear_backward(const Tensor<T>& x, const Tensor<T>& w, const 
   constexpr std::string_view op = "linear_backward";
   detail::check_linear_inputs(op, x, w);
   check::shape(op, dy, Shape{x.dim(0), w.dim(0)}, "dy");
-  if (detail::on_cpu(op, x, w, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::linear_backward(x, w, dy, has_bias);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    LinearBackward<T> g{detail::device_output<T>(x.shape(), dy), detail::device_output<T>(w.shape(), dy),
-                        has_bias ? detail::device_output<T>(Shape{w.dim(0)}, dy) : Tensor<T>{}};
-    cuda::cublas::linear_backward(x, w, dy, has_bias, g.dx, g.dw, g.db, op);
-    return g;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<LinearBackward<T>>(
+      op, [&](const auto& x, const auto& w, const auto& dy) { return cpu::linear_backward(x, w, dy, has_bias); },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& dy) {
+        LinearBackward<T> g{detail::device_output<T>(x.shape(), dy), detail::device_output<T>(w.shape(), dy),
+                            has_bias ? detail::device_output<T>(Shape{w.dim(0)}, dy) : Tensor<T>{}};
+        cuda::cublas::linear_backward(x, w, dy, has_bias, g.dx, g.dw, g.db, op);
+        return g;
+      }),
+      x, w, dy);
 }
 
 // act(x w^T + bias); bias may be undefined. On the CPU: linear_forward, then activation_forward.
@@ -85,21 +71,17 @@ Tensor<T> linear_activation_forward(const Tensor<T>& x, const Tensor<T>& w, cons
   constexpr std::string_view op = "linear_activation_forward";
   detail::check_linear_inputs(op, x, w);
   if (bias.defined()) check::shape(op, bias, Shape{w.dim(0)}, "bias");
-  const bool cpu = bias.defined() ? detail::on_cpu(op, x, w, bias) : detail::on_cpu(op, x, w);
-  if (cpu) {
-    if constexpr (CpuFloat<T>) return cpu::activation_forward(cpu::linear_forward(x, w, bias), act);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), w.dim(0)}, x);
-    cuda::cublas::linear_forward(x, w, bias, act.kind, y, op);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op,
+      [&](const auto& x, const auto& w, const auto& bias) {
+        return cpu::activation_forward(cpu::linear_forward(x, w, bias), act);
+      },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& bias) {
+        Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), w.dim(0)}, x);
+        cuda::cublas::linear_forward(x, w, bias, act.kind, y, op);
+        return y;
+      }),
+      x, w, bias);
 }
 
 }  // namespace cutrain::ops

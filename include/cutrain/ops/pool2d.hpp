@@ -10,7 +10,6 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/pool2d.hpp"
 #endif
 
@@ -29,20 +28,14 @@ Tensor<T> pool2d_forward(const Tensor<T>& x, const Pool2dParams& p) {
   constexpr std::string_view op = "pool2d_forward";
   detail::check_pool_input(op, x);
   [[maybe_unused]] const Shape out = pool2d_output_shape(x.shape(), p, op);
-  if (detail::on_cpu(op, x)) {
-    if constexpr (CpuFloat<T>) return cpu::pool2d_forward(x, p);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(out, x);
-    cuda::kernels::pool2d_forward(x, p, y);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& x) { return cpu::pool2d_forward(x, p); },
+      CUTRAIN_IF_CUDA([&](const auto& x) {
+        Tensor<T> y = detail::device_output<T>(out, x);
+        cuda::kernels::pool2d_forward(x, p, y);
+        return y;
+      }),
+      x);
 }
 
 // dx for dy = dL/dy, where y = pool2d_forward(x, p). dx takes x's layout.
@@ -53,21 +46,15 @@ Tensor<T> pool2d_backward(const Tensor<T>& x, const Tensor<T>& y, const Tensor<T
   const Shape out = pool2d_output_shape(x.shape(), p, op);
   check::shape(op, y, out, "y");
   check::shape(op, dy, out, "dy");
-  if (detail::on_cpu(op, x, y, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::pool2d_backward(x, y, dy, p);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  // y is not needed: the kernel recomputes each window's argmax from x.
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> dx = detail::device_output<T>(x.shape(), x);
-    cuda::kernels::pool2d_backward(x, dy, p, dx);
-    return dx;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& x, const auto& y, const auto& dy) { return cpu::pool2d_backward(x, y, dy, p); },
+      // y is not needed: the kernel recomputes each window's argmax from x.
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto&, const auto& dy) {
+        Tensor<T> dx = detail::device_output<T>(x.shape(), x);
+        cuda::kernels::pool2d_backward(x, dy, p, dx);
+        return dx;
+      }),
+      x, y, dy);
 }
 
 // [N, C, H, W] -> [N, C, 1, 1], the mean over each channel's plane.
@@ -75,20 +62,14 @@ template <class T>
 Tensor<T> global_avg_pool_forward(const Tensor<T>& x) {
   constexpr std::string_view op = "global_avg_pool_forward";
   detail::check_pool_input(op, x);
-  if (detail::on_cpu(op, x)) {
-    if constexpr (CpuFloat<T>) return cpu::global_avg_pool_forward(x);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), x.dim(1), 1, 1}, x);
-    cuda::kernels::global_avg_pool_forward(x, y);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& x) { return cpu::global_avg_pool_forward(x); },
+      CUTRAIN_IF_CUDA([](const auto& x) {
+        Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), x.dim(1), 1, 1}, x);
+        cuda::kernels::global_avg_pool_forward(x, y);
+        return y;
+      }),
+      x);
 }
 
 // dx of shape x_shape for dy of shape [N, C, 1, 1]. A [N, C, 1, 1] tensor does not show whether x
@@ -102,20 +83,14 @@ Tensor<T> global_avg_pool_backward(const Tensor<T>& dy, const Shape& x_shape, La
   CUTRAIN_REQUIRE(dx_layout == Layout::nchw || dx_layout == Layout::row_major || dx_layout == Layout::nhwc,
                   InvalidArgument, op, "dx_layout must be nchw or nhwc, got ", dx_layout);
   check::shape(op, dy, Shape{x_shape[0], x_shape[1], 1, 1}, "dy");
-  if (detail::on_cpu(op, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::global_avg_pool_backward(dy, x_shape, dx_layout);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> dx(x_shape, {.layout = dx_layout == Layout::nhwc ? Layout::nhwc : Layout::row_major, .device = dy.device()});
-    cuda::kernels::global_avg_pool_backward(dy, dx);
-    return dx;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [&](const auto& dy) { return cpu::global_avg_pool_backward(dy, x_shape, dx_layout); },
+      CUTRAIN_IF_CUDA([&](const auto& dy) {
+        Tensor<T> dx(x_shape, {.layout = dx_layout == Layout::nhwc ? Layout::nhwc : Layout::row_major, .device = dy.device()});
+        cuda::kernels::global_avg_pool_backward(dy, dx);
+        return dx;
+      }),
+      dy);
 }
 
 }  // namespace cutrain::ops

@@ -5,7 +5,6 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/softmax.hpp"
 #endif
 
@@ -24,20 +23,14 @@ template <class T>
 Tensor<T> softmax_forward(const Tensor<T>& x) {
   constexpr std::string_view op = "softmax_forward";
   detail::check_softmax_input(op, x, "x");
-  if (detail::on_cpu(op, x)) {
-    if constexpr (CpuFloat<T>) return cpu::softmax_forward(x);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(x.shape(), x);
-    cuda::kernels::softmax_forward(x, y);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& x) { return cpu::softmax_forward(x); },
+      CUTRAIN_IF_CUDA([](const auto& x) {
+        Tensor<T> y = detail::device_output<T>(x.shape(), x);
+        cuda::kernels::softmax_forward(x, y);
+        return y;
+      }),
+      x);
 }
 
 // y is softmax_forward's output.
@@ -46,40 +39,28 @@ Tensor<T> softmax_backward(const Tensor<T>& y, const Tensor<T>& dy) {
   constexpr std::string_view op = "softmax_backward";
   detail::check_softmax_input(op, y, "y");
   check::shape(op, dy, y.shape(), "dy");
-  if (detail::on_cpu(op, y, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::softmax_backward(y, dy);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> dx = detail::device_output<T>(y.shape(), y);
-    cuda::kernels::softmax_backward(y, dy, dx);
-    return dx;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& y, const auto& dy) { return cpu::softmax_backward(y, dy); },
+      CUTRAIN_IF_CUDA([](const auto& y, const auto& dy) {
+        Tensor<T> dx = detail::device_output<T>(y.shape(), y);
+        cuda::kernels::softmax_backward(y, dy, dx);
+        return dx;
+      }),
+      y, dy);
 }
 
 template <class T>
 Tensor<T> log_softmax_forward(const Tensor<T>& x) {
   constexpr std::string_view op = "log_softmax_forward";
   detail::check_softmax_input(op, x, "x");
-  if (detail::on_cpu(op, x)) {
-    if constexpr (CpuFloat<T>) return cpu::log_softmax_forward(x);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> y = detail::device_output<T>(x.shape(), x);
-    cuda::kernels::log_softmax_forward(x, y);
-    return y;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& x) { return cpu::log_softmax_forward(x); },
+      CUTRAIN_IF_CUDA([](const auto& x) {
+        Tensor<T> y = detail::device_output<T>(x.shape(), x);
+        cuda::kernels::log_softmax_forward(x, y);
+        return y;
+      }),
+      x);
 }
 
 // y is log_softmax_forward's output.
@@ -88,20 +69,14 @@ Tensor<T> log_softmax_backward(const Tensor<T>& y, const Tensor<T>& dy) {
   constexpr std::string_view op = "log_softmax_backward";
   detail::check_softmax_input(op, y, "y");
   check::shape(op, dy, y.shape(), "dy");
-  if (detail::on_cpu(op, y, dy)) {
-    if constexpr (CpuFloat<T>) return cpu::log_softmax_backward(y, dy);
-    else detail::cpu_dtype_unsupported<T>(op);
-  }
-#ifdef CUTRAIN_WITH_CUDA
-  if constexpr (cuda::GpuFloat<T>) {
-    Tensor<T> dx = detail::device_output<T>(y.shape(), y);
-    cuda::kernels::log_softmax_backward(y, dy, dx);
-    return dx;
-  } else {
-    detail::gpu_dtype_unsupported<T>(op);
-  }
-#endif
-  return {};
+  return detail::dispatch<Tensor<T>>(
+      op, [](const auto& y, const auto& dy) { return cpu::log_softmax_backward(y, dy); },
+      CUTRAIN_IF_CUDA([](const auto& y, const auto& dy) {
+        Tensor<T> dx = detail::device_output<T>(y.shape(), y);
+        cuda::kernels::log_softmax_backward(y, dy, dx);
+        return dx;
+      }),
+      y, dy);
 }
 
 }  // namespace cutrain::ops

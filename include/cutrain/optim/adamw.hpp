@@ -38,18 +38,14 @@ class AdamW : public Optimizer<T> {
   // reads the learning rate set by then (set_lr), through the graph's hook.
   void step() {
     constexpr std::string_view op = "optim::AdamW::step";
-#ifdef CUTRAIN_WITH_CUDA
     std::vector<std::size_t> captured;
     typename Optimizer<T>::CaptureCheck capturing_on;
-#endif
     for (std::size_t k = 0; k < this->params_.size(); ++k) {
       auto& p = this->params_[k];
       if (!p.grad().defined()) continue;
       auto [w, g] = this->prepare(op, p);
       State& s = state_[k];
-#ifdef CUTRAIN_WITH_CUDA
       if (capturing_on(*w)) this->require_state(op, s.m.defined());
-#endif
       if (!s.m.defined()) {
         s.m = this->zeros_like(*w);
         s.v = this->zeros_like(*w);
@@ -89,7 +85,6 @@ class AdamW : public Optimizer<T> {
         wd[i] = static_cast<T>(wi - step_size * mi / (std::sqrt(vi) / bc2_sqrt + opts_.eps));
       }
     }
-#ifdef CUTRAIN_WITH_CUDA
     if (!captured.empty())
       this->on_replay(op, [this, captured] {
         for (std::size_t k : captured) {
@@ -100,7 +95,6 @@ class AdamW : public Optimizer<T> {
           h[2] = static_cast<float>(std::sqrt(1.0 - std::pow(opts_.beta2, t)));
         }
       });
-#endif
   }
   const AdamWOptions& options() const { return opts_; }
   std::int64_t step_count(std::size_t k) const { return state_.at(k).step; }

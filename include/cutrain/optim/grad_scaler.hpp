@@ -26,7 +26,6 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/kernels/optim.hpp"
-#include "cutrain/cuda/runtime.hpp"
 #endif
 
 namespace cutrain::optim {
@@ -74,9 +73,7 @@ class GradScaler {
     if (unscaled_) return found_inf_;
     const double inv = 1.0 / scale_;
     bool found = false;
-#ifdef CUTRAIN_WITH_CUDA
-    Tensor<std::int32_t> flag;
-#endif
+    Tensor<std::int32_t> flag;  // set by the GPU gradients' kernels when one holds an inf or NaN
     for (const auto& p : opt.params()) {
       Tensor<T>& g = p.grad();
       if (!g.defined()) continue;
@@ -98,9 +95,7 @@ class GradScaler {
       }
 #endif
     }
-#ifdef CUTRAIN_WITH_CUDA
     if (flag.defined()) found = found || flag.to_vector()[0] != 0;  // the one read of the device per step
-#endif
     found_inf_ = found;
     unscaled_ = true;
     return found;
@@ -156,13 +151,11 @@ class GradScaler {
   }
 
  private:
-  static void require_eager([[maybe_unused]] std::string_view op, [[maybe_unused]] Device dev) {
-#ifdef CUTRAIN_WITH_CUDA
+  static void require_eager(std::string_view op, Device dev) {
     if (!dev.is_cpu())
-      CUTRAIN_REQUIRE(!cuda::capturing(), InvalidArgument, op,
+      CUTRAIN_REQUIRE(!cutrain::detail::device_capturing(), InvalidArgument, op,
                       "a loss-scaled step reads an overflow flag on the host and cannot be captured in a CUDA graph "
                       "(train in bf16, which needs no scaling, to use CUDA graphs)");
-#endif
   }
 
   GradScalerOptions opts_;

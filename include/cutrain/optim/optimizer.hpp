@@ -96,25 +96,31 @@ class Optimizer {
     throw NotImplemented(op, cutrain::detail::cat("parameters on the GPU must be f32, got ", w.describe()));
   }
 
-#ifdef CUTRAIN_WITH_CUDA
   // CUDA graph support. A step captured in a graph must not freeze what changes from step to
   // step (the learning rate, Adam's bias corrections): under capture the kernels read those from
   // a small device array, hyper(k) for parameter k, which a hook of the graph rewrites from the
   // host before each replay. The optimizer must outlive the graph and stay where it is.
   static constexpr std::size_t hyper_width = 4;
-  // Whether a step runs under CUDA graph capture, asked of CUDA once per step (at its first GPU
-  // parameter), not per parameter: `CaptureCheck capturing_on;` at the top of step().
+  // Whether a step runs under CUDA graph capture, asked of the backend once per step (at its
+  // first GPU parameter), not per parameter: `CaptureCheck capturing_on;` at the top of step().
   class CaptureCheck {
    public:
     bool operator()(const Tensor<T>& w) {
       if (w.device().is_cpu()) return false;
-      if (!known_) known_ = cuda::capturing();
+      if (!known_) known_ = cutrain::detail::device_capturing();
       return *known_;
     }
 
    private:
     std::optional<bool> known_;
   };
+  // Optimizer state made inside a capture would be zeroed by every replay: it must exist first.
+  static void require_state(std::string_view op, bool defined) {
+    CUTRAIN_REQUIRE(defined, InvalidArgument, op,
+                    "optimizer state is created by a parameter's first step; run one step outside capture (a "
+                    "warm-up step) before capturing it");
+  }
+#ifdef CUTRAIN_WITH_CUDA
   const float* hyper(std::size_t k, Device dev) {
     if (!hyper_dev_.defined()) {
       hyper_host_.assign(params_.size() * hyper_width, 0.0f);
@@ -124,12 +130,6 @@ class Optimizer {
       hyper_dev_ = Tensor<float>(Shape{static_cast<std::int64_t>(hyper_host_.size())}, {.device = dev});
     }
     return hyper_dev_.data() + k * hyper_width;
-  }
-  // Optimizer state made inside a capture would be zeroed by every replay: it must exist first.
-  static void require_state(std::string_view op, bool defined) {
-    CUTRAIN_REQUIRE(defined, InvalidArgument, op,
-                    "optimizer state is created by a parameter's first step; run one step outside capture (a "
-                    "warm-up step) before capturing it");
   }
   // Registers refresh (which fills hyper_host_) to run, then upload, before each replay.
   template <class F>
@@ -147,9 +147,16 @@ class Optimizer {
                   "optim::Optimizer", "uploading the hyperparameters of a replayed step");
     });
   }
+#else
+  // Without CUDA no parameter is captured: step() never calls it.
+  template <class F>
+  void on_replay(std::string_view op, F) {
+    cutrain::detail::no_cuda(op);
+  }
+#endif
+  // The same members with and without CUDA: a class's layout must not depend on the build.
   Tensor<float> hyper_dev_;
   std::vector<float> hyper_host_;
-#endif
 
   std::vector<autograd::Var<T>> params_;
   double lr_;

@@ -39,18 +39,14 @@ class SGD : public Optimizer<T> {
   // rate set by then (set_lr), through the graph's hook.
   void step() {
     constexpr std::string_view op = "optim::SGD::step";
-#ifdef CUTRAIN_WITH_CUDA
     std::vector<std::size_t> captured;
     typename Optimizer<T>::CaptureCheck capturing_on;
-#endif
     for (std::size_t k = 0; k < this->params_.size(); ++k) {
       auto& p = this->params_[k];
       if (!p.grad().defined()) continue;
       auto [w, g] = this->prepare(op, p);
       const bool first = opts_.momentum != 0 && !buffers_[k].defined();
-#ifdef CUTRAIN_WITH_CUDA
       if (first && capturing_on(*w)) this->require_state(op, false);
-#endif
       if (first) buffers_[k] = this->zeros_like(*w);
       if (!w->device().is_cpu()) {
 #ifdef CUTRAIN_WITH_CUDA
@@ -80,7 +76,6 @@ class SGD : public Optimizer<T> {
         wd[i] = static_cast<T>(static_cast<double>(wd[i]) - lr * gi);
       }
     }
-#ifdef CUTRAIN_WITH_CUDA
     if (!captured.empty())
       this->on_replay(op, [this, captured] {
         for (std::size_t k : captured) {
@@ -89,7 +84,6 @@ class SGD : public Optimizer<T> {
           h[1] = 0.0f;  // never the first momentum step: the buffers exist before capture
         }
       });
-#endif
   }
   const SGDOptions& options() const { return opts_; }
   // The momentum buffer of parameter k (undefined before its first step or without momentum).

@@ -1,8 +1,9 @@
 // Strided copies on the GPU (NVRTC kernel): Tensor::copy_from between two layouts of one device
 // (NCHW to NHWC, a slice into a contiguous tensor, a strided view made contiguous) runs here,
-// on the current stream, instead of through the host. Including this header installs it as
-// Tensor::copy_from's device path (cutrain::detail::device_copy_hook); nvrtc.hpp, and so every
-// kernel header, and cutrain.hpp include it.
+// on the current stream, instead of through the host. Including this header adds it to the CUDA
+// backend (cutrain::detail::DeviceBackend::strided_copy), where Tensor::copy_from finds it
+// whatever the translation unit included; nvrtc.hpp, and so every kernel header, and cutrain.hpp
+// include it.
 #pragma once
 
 #ifndef CUTRAIN_WITH_CUDA
@@ -43,7 +44,7 @@ inline void strided_copy(const cutrain::detail::StridedCopy& c) {
   launch(function(c.device, copy_program(), kernel), grid_for(n), 256, op, c.dst, c.src, n, dims);
 }
 
-inline const bool strided_copy_installed = (cutrain::detail::device_copy_hook() = &strided_copy, true);
+inline const bool strided_copy_installed = (cutrain::detail::device_backend_slot().strided_copy = &strided_copy, true);
 }  // namespace detail
 
 }  // namespace cutrain::cuda::kernels
