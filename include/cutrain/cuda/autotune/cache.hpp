@@ -12,13 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -33,6 +30,7 @@
 #include <vector>
 
 #include "cutrain/core/error.hpp"
+#include "cutrain/core/files.hpp"
 #include "cutrain/core/json.hpp"
 
 namespace cutrain::cuda::autotune {
@@ -273,7 +271,7 @@ inline Choice choice_from_json(const json::Value& v) {
   return c;
 }
 
-inline std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+using files::errno_text;
 
 // An advisory lock (flock) on a sibling file, held while one process reads, merges and writes the
 // cache. Polled with a deadline: a stuck process elsewhere costs a warning, never a hang.
@@ -312,36 +310,6 @@ class FileLock {
   std::string error_;
 };
 
-// Writes text to a fresh file beside path, flushes it to disk and renames it over path, so that
-// a reader (or a crash) sees the old file or the new one, never half of one. Empty on success,
-// else what failed.
-inline std::string write_atomically(const std::filesystem::path& path, const std::string& text) {
-  static std::atomic<std::uint64_t> counter{0};
-  const auto tmp = path.parent_path() / cat(".", path.filename().string(), ".tmp.", ::getpid(), ".", counter++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return cat("cannot create ", tmp.string(), ": ", errno_text(errno));
-  std::string error;
-  for (std::size_t done = 0; done < text.size() && error.empty();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n > 0) done += static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EINTR) error = cat("cannot write ", tmp.string(), ": ", errno_text(errno));
-  }
-  if (error.empty() && ::fsync(fd) != 0) error = cat("cannot flush ", tmp.string(), ": ", errno_text(errno));
-  if (::close(fd) != 0 && error.empty()) error = cat("cannot close ", tmp.string(), ": ", errno_text(errno));
-  if (error.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
-    error = cat("cannot rename ", tmp.string(), " to ", path.string(), ": ", errno_text(errno));
-  if (!error.empty()) {
-    ::unlink(tmp.c_str());
-    return error;
-  }
-  // The rename itself is durable only once the directory is flushed; failing that is harmless.
-  const std::filesystem::path dir_path = path.parent_path().empty() ? "." : path.parent_path();
-  if (const int dir = ::open(dir_path.c_str(), O_RDONLY | O_CLOEXEC); dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return {};
-}
 }  // namespace detail
 
 // Thread-safe. Lookups happen when an op's plan is first built, not per launch, so one mutex is
@@ -355,19 +323,9 @@ class Cache {
   // An empty path gives a cache held in memory only.
   explicit Cache(std::filesystem::path path) : path_(std::move(path)) {}
 
-  // $CUTRAIN_AUTOTUNE_CACHE, else $XDG_CACHE_HOME/cutrain/autotune.json (an absolute one, as the
-  // XDG spec says), else $HOME/.cache/cutrain/autotune.json; empty (memory only) when none is set.
-  static std::filesystem::path default_path() {
-    const auto env = [](const char* name) -> std::string {
-      const char* v = std::getenv(name);
-      return v ? v : "";
-    };
-    if (auto p = env("CUTRAIN_AUTOTUNE_CACHE"); !p.empty()) return p;
-    if (auto d = env("XDG_CACHE_HOME"); !d.empty() && d.front() == '/')
-      return std::filesystem::path(d) / "cutrain" / "autotune.json";
-    if (auto d = env("HOME"); !d.empty()) return std::filesystem::path(d) / ".cache" / "cutrain" / "autotune.json";
-    return {};
-  }
+  // $CUTRAIN_AUTOTUNE_CACHE, else autotune.json in cutrain's cache directory (files::cache_path);
+  // empty (memory only) when there is none.
+  static std::filesystem::path default_path() { return files::cache_path("CUTRAIN_AUTOTUNE_CACHE", "autotune.json"); }
 
   const std::filesystem::path& path() const noexcept { return path_; }
 
@@ -485,8 +443,11 @@ class Cache {
     for (const auto& [text, e] : merged) list.push_back(e.raw);
     const json::Value doc =
         json::Value::object({{"format", format_tag}, {"version", format_version}, {"entries", std::move(list)}});
-    if (const auto error = detail::write_atomically(path_, json::dump(doc, 2) + "\n"); !error.empty())
-      return warn(detail::cat(path_.string(), ": not saved: ", error));
+    try {
+      files::write_atomically(path_, json::dump(doc, 2) + "\n", "autotune::Cache::save");
+    } catch (const files::FileError& e) {
+      return warn(detail::cat(path_.string(), ": not saved: ", e.reason()));
+    }
     map_ = std::move(merged);
     loaded_ = true;
   }
