@@ -36,6 +36,11 @@ function(cutrain_define_cuda_target base)
                         ${CUTRAIN_CUDNN_LIBRARY})
   target_include_directories(cutrain_cuda SYSTEM INTERFACE ${CUTRAIN_CUDNN_INCLUDE_DIR} ${CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR})
   target_compile_definitions(cutrain_cuda INTERFACE CUTRAIN_WITH_CUDA)
+  # cudnn-frontend bundles its own nlohmann/json (another version) under the same include guard,
+  # so a translation unit compiles whichever copy it includes first, silently. Including the
+  # package's copy (the one cutrain::cutrain uses) before anything else makes it the only one in
+  # every program, whatever the order of the includes; the frontend's #include is then empty.
+  target_compile_options(cutrain_cuda INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:SHELL:-include nlohmann/json.hpp>")
   # cutrain reaches the driver API through the runtime (cudaGetDriverEntryPointByVersion), so a
   # binary must not need libcuda.so.1 to start: on a machine without a driver it then reports
   # that it has no GPU instead of failing to load. --as-needed drops libraries nothing uses.

@@ -182,50 +182,52 @@ void run_layers(const std::vector<Entry>& plan, std::vector<Row>& rows) {
 }
 
 json::Value knobs_json(const std::vector<autotune::Knob>& knobs) {
-  json::Value::Array a;
-  for (const auto& k : knobs) a.push_back(json::Value::Array{k.type, k.value});
+  json::Value a = json::Value::array();
+  for (const auto& k : knobs) a.push_back(json::Value::array({k.type, k.value}));
   return a;
 }
 
 json::Value to_json(const std::vector<Row>& rows, const autotune::Environment& env, autotune::Mode mode,
                     double total_tuning_ms, double wall_s) {
-  json::Value::Array ops;
+  json::Value ops = json::Value::array();
   for (const auto& row : rows) {
-    json::Value v = json::Value::Object{{"model", row.model},         {"layer", row.layer},
-                                        {"direction", row.direction}, {"dtype", row.dtype},
-                                        {"layout", row.layout}};
+    json::Value v = json::Value::object({{"model", row.model},
+                                         {"layer", row.layer},
+                                         {"direction", row.direction},
+                                         {"dtype", row.dtype},
+                                         {"layout", row.layout}});
     if (!row.error.empty()) {
-      v.set("error", row.error);
+      v["error"] = row.error;
     } else if (row.result) {
       const auto& ch = row.result->choice;
-      v.set("signature", row.result->key.signature);
-      v.set("engine_id", ch.engine_id);
-      v.set("knobs", knobs_json(ch.knobs));
-      v.set("median_ms", ch.median_ms);
-      v.set("heuristic_ms", ch.heuristic_ms);
-      v.set("speedup", ch.heuristic_ms > 0 && ch.median_ms > 0 ? ch.heuristic_ms / ch.median_ms : 0.0);
-      v.set("workspace_bytes", ch.workspace_bytes);
-      v.set("candidates_tried", ch.candidates_tried);
-      v.set("candidates_failed", ch.candidates_failed);
-      v.set("tuning_ms", ch.tuning_ms);
-      v.set("from_cache", row.result->from_cache);
+      v["signature"] = row.result->key.signature;
+      v["engine_id"] = ch.engine_id;
+      v["knobs"] = knobs_json(ch.knobs);
+      v["median_ms"] = ch.median_ms;
+      v["heuristic_ms"] = ch.heuristic_ms;
+      v["speedup"] = ch.heuristic_ms > 0 && ch.median_ms > 0 ? ch.heuristic_ms / ch.median_ms : 0.0;
+      v["workspace_bytes"] = ch.workspace_bytes;
+      v["candidates_tried"] = ch.candidates_tried;
+      v["candidates_failed"] = ch.candidates_failed;
+      v["tuning_ms"] = ch.tuning_ms;
+      v["from_cache"] = row.result->from_cache;
       if (ch.runner_up)
-        v.set("runner_up", json::Value::Object{{"engine_id", ch.runner_up->engine_id},
-                                               {"knobs", knobs_json(ch.runner_up->knobs)},
-                                               {"median_ms", ch.runner_up->median_ms}});
+        v["runner_up"] = json::Value::object({{"engine_id", ch.runner_up->engine_id},
+                                              {"knobs", knobs_json(ch.runner_up->knobs)},
+                                              {"median_ms", ch.runner_up->median_ms}});
     }
     ops.push_back(std::move(v));
   }
-  return json::Value::Object{
-      {"gpu", json::Value::Object{{"name", env.gpu_name},
-                                  {"sm_count", env.sm_count},
-                                  {"compute_capability", env.compute_capability},
-                                  {"cudnn_version", env.cudnn_version},
-                                  {"frontend_version", env.frontend_version}}},
+  return json::Value::object({
+      {"gpu", json::Value::object({{"name", env.gpu_name},
+                                   {"sm_count", env.sm_count},
+                                   {"compute_capability", env.compute_capability},
+                                   {"cudnn_version", env.cudnn_version},
+                                   {"frontend_version", env.frontend_version}})},
       {"mode", autotune::to_string(mode)},
       {"ops", std::move(ops)},
       {"total_tuning_ms", total_tuning_ms},
-      {"wall_s", wall_s}};
+      {"wall_s", wall_s}});
 }
 
 // The second pass of --exhaustive: every op tuned again over all its candidates (no count limit, no
@@ -283,25 +285,26 @@ void compare_with_all_candidates(const std::vector<Entry>& plan, const std::vect
   if (dump_path.empty()) return;
   // --candidates-json: every op's candidates in the order timed, with their places in cuDNN's
   // lists, to weigh other candidate orders and counts against the first pass's choices.
-  json::Value::Array ops;
+  json::Value ops = json::Value::array();
   for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
     const auto& b = second[i].result;
     if (!b) continue;
-    json::Value::Array cands;
+    json::Value cands = json::Value::array();
     for (std::size_t k = 0; k < b->timed.size(); ++k)
-      cands.push_back(json::Value::Object{{"engine", engine_text(b->timed[k].engine_id, b->timed[k].knobs)},
-                                          {"origin", k < b->origins.size() ? b->origins[k] : ""},
-                                          {"ms", b->timed[k].median_ms},
-                                          {"notes", k < b->notes.size() ? b->notes[k] : ""},
-                                          {"build_ms", k < b->build_ms.size() ? b->build_ms[k] : 0.0}});
+      cands.push_back(json::Value::object({{"engine", engine_text(b->timed[k].engine_id, b->timed[k].knobs)},
+                                           {"origin", k < b->origins.size() ? b->origins[k] : ""},
+                                           {"ms", b->timed[k].median_ms},
+                                           {"notes", k < b->notes.size() ? b->notes[k] : ""},
+                                           {"build_ms", k < b->build_ms.size() ? b->build_ms[k] : 0.0}}));
     const auto& a = first[i].result;
-    ops.push_back(json::Value::Object{{"model", first[i].model}, {"layer", first[i].layer},
-                                      {"direction", first[i].direction},
-                                      {"chosen", a ? engine_text(a->choice.engine_id, a->choice.knobs) : ""},
-                                      {"candidates", std::move(cands)}});
+    ops.push_back(json::Value::object({{"model", first[i].model},
+                                       {"layer", first[i].layer},
+                                       {"direction", first[i].direction},
+                                       {"chosen", a ? engine_text(a->choice.engine_id, a->choice.knobs) : ""},
+                                       {"candidates", std::move(cands)}}));
   }
   std::ofstream f(dump_path);
-  f << json::dump(json::Value::Object{{"ops", std::move(ops)}}, 1) << "\n";
+  f << json::dump(json::Value::object({{"ops", std::move(ops)}}), 1) << "\n";
   if (!f) std::fprintf(stderr, "autotune_report: cannot write %s\n", dump_path.c_str());
 }
 

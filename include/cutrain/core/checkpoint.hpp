@@ -1,7 +1,7 @@
 // Checkpoint: an ordered set of named records (tensors of any cutrain dtype, 64-bit ints,
 // doubles, strings) held on the host, saved as one versioned file with a CRC-32 and written
-// atomically (temp file in the same directory, fsync, rename). The format and the error cases
-// are in docs/checkpoints.md.
+// atomically (files::AtomicFile: temp file in the same directory, fsync, rename). The format
+// and the error cases are in docs/checkpoints.md.
 //
 // It lives in core, below nn and optim, because both write into it: nn/checkpoint.hpp adds the
 // module and Rng helpers, optim::SGD / optim::AdamW have save_state / load_state.
@@ -10,7 +10,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdint>
@@ -26,16 +25,9 @@
 #include <utility>
 #include <vector>
 
-#ifdef _WIN32
-#include <io.h>
-#include <process.h>
-#else
-#include <fcntl.h>
-#include <unistd.h>
-#endif
-
 #include "cutrain/core/dtype.hpp"
 #include "cutrain/core/error.hpp"
+#include "cutrain/core/files.hpp"
 #include "cutrain/core/shape.hpp"
 #include "cutrain/core/tensor.hpp"
 
@@ -119,51 +111,15 @@ inline std::uint32_t crc_update(std::uint32_t crc, const void* data, std::size_t
   return static_cast<std::uint32_t>(c);
 }
 
-inline std::uint64_t process_id() {
-#ifdef _WIN32
-  return static_cast<std::uint64_t>(_getpid());
-#else
-  return static_cast<std::uint64_t>(::getpid());
-#endif
-}
-
-// Makes temp names unique between threads of one process (the pid separates processes).
-inline std::uint64_t next_temp_index() {
-  static std::atomic<std::uint64_t> counter{0};
-  return counter.fetch_add(1, std::memory_order_relaxed);
-}
-
-inline bool sync_file(std::FILE* f) {
-#ifdef _WIN32
-  return _commit(_fileno(f)) == 0;
-#else
-  return ::fsync(::fileno(f)) == 0;
-#endif
-}
-
-// Makes the rename itself durable. Best effort: some file systems refuse fsync on a directory,
-// and the data is already safe under one of the two names either way.
-inline void sync_directory(const std::filesystem::path& dir) {
-#ifndef _WIN32
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
-#else
-  (void)dir;
-#endif
-}
-
 inline std::string errno_text() { return std::strerror(errno); }
 
-// Streams the file out through stdio's buffer, keeping the CRC of everything written.
+// Streams the file out, keeping the CRC of everything written.
 class Writer {
  public:
-  Writer(std::FILE* f, const std::filesystem::path& target) : f_(f), target_(target) {}
+  explicit Writer(files::AtomicFile& f) : f_(f) {}
   void bytes(const void* p, std::size_t n) {
     if (n == 0) return;
-    if (std::fwrite(p, 1, n, f_) != n)
-      throw IoError("Checkpoint::save", cat(target_.string(), ": write failed: ", errno_text()));
+    f_.write(p, n);
     crc_ = crc_update(crc_, p, n);
   }
   template <class U>
@@ -176,8 +132,7 @@ class Writer {
   std::uint32_t crc() const { return crc_; }
 
  private:
-  std::FILE* f_;
-  const std::filesystem::path& target_;
+  files::AtomicFile& f_;
   std::uint32_t crc_ = 0;
 };
 
@@ -237,23 +192,6 @@ class Reader {
   std::uint64_t pos_ = 0;
   const std::filesystem::path& path_;
   std::uint32_t crc_ = 0;
-};
-
-// Closes and deletes the temp file unless the save got as far as renaming it.
-struct TempFile {
-  std::filesystem::path path;
-  std::FILE* f = nullptr;
-  bool renamed = false;
-  TempFile() = default;
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (f) std::fclose(f);
-    if (!renamed && !path.empty()) {
-      std::error_code ec;
-      std::filesystem::remove(path, ec);
-    }
-  }
 };
 
 }  // namespace detail::ckpt
@@ -360,26 +298,11 @@ class Checkpoint {
   // Writes the checkpoint to a temp file next to path, syncs it and renames it over path, so
   // path holds either the old file or the complete new one, never a partial write.
   void save(const std::filesystem::path& path) const {
-    namespace fs = std::filesystem;
     namespace ck = detail::ckpt;
     constexpr std::string_view op = "Checkpoint::save";
-    auto fail = [&](std::string_view reason) -> void {
-      throw IoError(op, detail::cat(path.string(), ": ", reason));
-    };
-    if (path.empty() || !path.has_filename()) fail("not a file name");
-    ck::TempFile tmp;
-    tmp.path = path;
-    tmp.path += detail::cat(".tmp-", ck::process_id(), "-", ck::next_temp_index());
-    // "x": never write into a file that is already there (a stale temp of another writer).
-    tmp.f = std::fopen(tmp.path.string().c_str(), "wbx");
-    if (!tmp.f) {
-      const std::string why = ck::errno_text();
-      tmp.path.clear();  // nothing was created, so nothing to remove
-      fail(detail::cat("cannot create a temp file in ", path.parent_path().empty() ? fs::path(".") : path.parent_path(),
-                       ": ", why));
-    }
-
-    ck::Writer w(tmp.f, path);
+    if (path.empty() || !path.has_filename()) throw IoError(op, detail::cat(path.string(), ": not a file name"));
+    files::AtomicFile file(path, std::string(op));
+    ck::Writer w(file);
     w.bytes(ck::magic, sizeof ck::magic);
     w.scalar<std::uint32_t>(ck::format_version);
     w.scalar<std::uint64_t>(records_.size());
@@ -399,17 +322,8 @@ class Checkpoint {
     unsigned char trailer[ck::trailer_bytes];
     const std::uint64_t crc = w.crc();
     for (std::size_t i = 0; i < sizeof trailer; ++i) trailer[i] = static_cast<unsigned char>(crc >> (8 * i));
-    if (std::fwrite(trailer, 1, sizeof trailer, tmp.f) != sizeof trailer) fail(detail::cat("write failed: ", ck::errno_text()));
-    if (std::fflush(tmp.f) != 0) fail(detail::cat("write failed: ", ck::errno_text()));
-    if (!ck::sync_file(tmp.f)) fail(detail::cat("fsync failed: ", ck::errno_text()));
-    const int closed = std::fclose(tmp.f);
-    tmp.f = nullptr;
-    if (closed != 0) fail(detail::cat("close failed: ", ck::errno_text()));
-    std::error_code ec;
-    fs::rename(tmp.path, path, ec);
-    if (ec) fail(detail::cat("cannot rename the temp file over it: ", ec.message()));
-    tmp.renamed = true;
-    ck::sync_directory(path.parent_path());
+    file.write(trailer, sizeof trailer);
+    file.commit();
   }
 
   // Reads a checkpoint written by save(). Every problem is an IoError naming the path and the

@@ -12,13 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -33,6 +30,7 @@
 #include <vector>
 
 #include "cutrain/core/error.hpp"
+#include "cutrain/core/files.hpp"
 #include "cutrain/core/json.hpp"
 
 namespace cutrain::cuda::autotune {
@@ -170,9 +168,8 @@ inline std::string problem(const Key& k) {
       {"op", &k.op}, {"signature", &k.signature}, {"gpu_name", &k.gpu_name},
       {"compute_capability", &k.compute_capability}};
   for (const auto& [name, s] : fields)
-    for (std::size_t i = 0, n = 0; i < s->size(); i += n)
-      if ((n = json::detail::utf8_length(*s, i)) == 0)
-        return cat("key field ", name, " is not valid UTF-8 at byte ", i);
+    if (const auto why = json::utf8_problem(*s); !why.empty())
+      return cat("key field ", name, " is not valid UTF-8: ", why);
   if (k.library != "cudnn" && k.library != "cublaslt")
     return cat("library \"", k.library, "\" is not cudnn or cublaslt");
   return {};
@@ -193,85 +190,88 @@ inline std::string problem(const Choice& c) {
 }
 
 inline json::Value to_json(const std::vector<Knob>& knobs) {
-  json::Value::Array a;
-  for (const auto& k : knobs) a.push_back(json::Value::Array{k.type, k.value});
+  json::Value a = json::Value::array();
+  for (const auto& k : knobs) a.push_back(json::Value::array({k.type, k.value}));
   return a;
 }
 inline json::Value to_json(const Key& k) {
-  return json::Value::Object{{"library", k.library},
-                             {"op", k.op},
-                             {"signature", k.signature},
-                             {"gpu_name", k.gpu_name},
-                             {"sm_count", k.sm_count},
-                             {"compute_capability", k.compute_capability},
-                             {"cudnn_version", k.cudnn_version},
-                             {"frontend_version", k.frontend_version}};
+  return json::Value::object({{"library", k.library},
+                              {"op", k.op},
+                              {"signature", k.signature},
+                              {"gpu_name", k.gpu_name},
+                              {"sm_count", k.sm_count},
+                              {"compute_capability", k.compute_capability},
+                              {"cudnn_version", k.cudnn_version},
+                              {"frontend_version", k.frontend_version}});
 }
 inline json::Value to_json(const Choice& c) {
-  json::Value v = json::Value::Object{{"engine_id", c.engine_id},
-                                      {"knobs", to_json(c.knobs)},
-                                      {"median_ms", c.median_ms},
-                                      {"workspace_bytes", c.workspace_bytes},
-                                      {"heuristic_ms", c.heuristic_ms},
-                                      {"candidates_tried", c.candidates_tried},
-                                      {"candidates_failed", c.candidates_failed},
-                                      {"tuning_ms", c.tuning_ms}};
+  json::Value v = json::Value::object({{"engine_id", c.engine_id},
+                                       {"knobs", to_json(c.knobs)},
+                                       {"median_ms", c.median_ms},
+                                       {"workspace_bytes", c.workspace_bytes},
+                                       {"heuristic_ms", c.heuristic_ms},
+                                       {"candidates_tried", c.candidates_tried},
+                                       {"candidates_failed", c.candidates_failed},
+                                       {"tuning_ms", c.tuning_ms}});
   if (c.runner_up)
-    v.set("runner_up", json::Value::Object{{"engine_id", c.runner_up->engine_id},
-                                           {"knobs", to_json(c.runner_up->knobs)},
-                                           {"median_ms", c.runner_up->median_ms}});
-  if (!c.algo.empty()) v.set("algo", c.algo);
+    v["runner_up"] = json::Value::object({{"engine_id", c.runner_up->engine_id},
+                                          {"knobs", to_json(c.runner_up->knobs)},
+                                          {"median_ms", c.runner_up->median_ms}});
+  if (!c.algo.empty()) v["algo"] = c.algo;
   return v;
 }
 
 // The from_json functions throw cutrain::Error (InvalidArgument) naming the field that is wrong.
 inline int to_int(const json::Value& v, const char* name) {
-  const std::int64_t i = v.as_int();
+  const std::int64_t i = json::as_int(v);
   CUTRAIN_REQUIRE(i >= INT32_MIN && i <= INT32_MAX, InvalidArgument, "autotune::Cache", name, " out of range");
   return static_cast<int>(i);
 }
 inline std::vector<Knob> knobs_from_json(const json::Value& v) {
   std::vector<Knob> knobs;
-  for (const auto& k : v.as_array()) {
-    const auto& pair = k.as_array();
+  for (const auto& k : json::as_array(v)) {
+    const auto& pair = json::as_array(k);
     CUTRAIN_REQUIRE(pair.size() == 2, InvalidArgument, "autotune::Cache", "a knob is not [type, value]");
-    knobs.push_back({pair[0].as_int(), pair[1].as_int()});
+    knobs.push_back({json::as_int(pair[0]), json::as_int(pair[1])});
   }
   return knobs;
 }
 inline Key key_from_json(const json::Value& v) {
-  Key k{v.at("op").as_string(),
-        v.at("signature").as_string(),
-        v.at("library").as_string(),
-        v.at("gpu_name").as_string(),
-        to_int(v.at("sm_count"), "sm_count"),
-        v.at("compute_capability").as_string(),
-        v.at("cudnn_version").as_int(),
-        v.at("frontend_version").as_int()};
+  const auto text = [&v](const char* name) { return json::as_string(json::at(v, name)); };
+  const auto integer = [&v](const char* name) { return json::as_int(json::at(v, name)); };
+  Key k{text("op"),
+        text("signature"),
+        text("library"),
+        text("gpu_name"),
+        to_int(json::at(v, "sm_count"), "sm_count"),
+        text("compute_capability"),
+        integer("cudnn_version"),
+        integer("frontend_version")};
   const std::string why = problem(k);
   CUTRAIN_REQUIRE(why.empty(), InvalidArgument, "autotune::Cache", why);
   return k;
 }
 inline Choice choice_from_json(const json::Value& v) {
+  const auto time = [&v](const char* name) { return json::as_double(json::at(v, name)); };
   Choice c;
-  c.engine_id = v.at("engine_id").as_int();
-  c.knobs = knobs_from_json(v.at("knobs"));
-  c.median_ms = v.at("median_ms").as_double();
-  c.workspace_bytes = v.at("workspace_bytes").as_int();
-  c.heuristic_ms = v.at("heuristic_ms").as_double();
-  c.candidates_tried = to_int(v.at("candidates_tried"), "candidates_tried");
-  c.candidates_failed = to_int(v.at("candidates_failed"), "candidates_failed");
-  c.tuning_ms = v.at("tuning_ms").as_double();
-  if (const auto* r = v.find("runner_up"); r && !r->is_null())
-    c.runner_up =
-        RunnerUp{r->at("engine_id").as_int(), knobs_from_json(r->at("knobs")), r->at("median_ms").as_double()};
-  if (const auto* a = v.find("algo")) c.algo = a->as_string();
+  c.engine_id = json::as_int(json::at(v, "engine_id"));
+  c.knobs = knobs_from_json(json::at(v, "knobs"));
+  c.median_ms = time("median_ms");
+  c.workspace_bytes = json::as_int(json::at(v, "workspace_bytes"));
+  c.heuristic_ms = time("heuristic_ms");
+  c.candidates_tried = to_int(json::at(v, "candidates_tried"), "candidates_tried");
+  c.candidates_failed = to_int(json::at(v, "candidates_failed"), "candidates_failed");
+  c.tuning_ms = time("tuning_ms");
+  if (const auto* r = json::find(v, "runner_up"); r && !r->is_null())
+    c.runner_up = RunnerUp{json::as_int(json::at(*r, "engine_id")), knobs_from_json(json::at(*r, "knobs")),
+                           json::as_double(json::at(*r, "median_ms"))};
+  if (const auto* a = json::find(v, "algo")) c.algo = json::as_string(*a);
   const std::string why = problem(c);
   CUTRAIN_REQUIRE(why.empty(), InvalidArgument, "autotune::Cache", why);
   return c;
 }
 
-inline std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+using files::errno_text;
 
 // An advisory lock (flock) on a sibling file, held while one process reads, merges and writes the
 // cache. Polled with a deadline: a stuck process elsewhere costs a warning, never a hang.
@@ -310,36 +310,6 @@ class FileLock {
   std::string error_;
 };
 
-// Writes text to a fresh file beside path, flushes it to disk and renames it over path, so that
-// a reader (or a crash) sees the old file or the new one, never half of one. Empty on success,
-// else what failed.
-inline std::string write_atomically(const std::filesystem::path& path, const std::string& text) {
-  static std::atomic<std::uint64_t> counter{0};
-  const auto tmp = path.parent_path() / cat(".", path.filename().string(), ".tmp.", ::getpid(), ".", counter++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return cat("cannot create ", tmp.string(), ": ", errno_text(errno));
-  std::string error;
-  for (std::size_t done = 0; done < text.size() && error.empty();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n > 0) done += static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EINTR) error = cat("cannot write ", tmp.string(), ": ", errno_text(errno));
-  }
-  if (error.empty() && ::fsync(fd) != 0) error = cat("cannot flush ", tmp.string(), ": ", errno_text(errno));
-  if (::close(fd) != 0 && error.empty()) error = cat("cannot close ", tmp.string(), ": ", errno_text(errno));
-  if (error.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
-    error = cat("cannot rename ", tmp.string(), " to ", path.string(), ": ", errno_text(errno));
-  if (!error.empty()) {
-    ::unlink(tmp.c_str());
-    return error;
-  }
-  // The rename itself is durable only once the directory is flushed; failing that is harmless.
-  const std::filesystem::path dir_path = path.parent_path().empty() ? "." : path.parent_path();
-  if (const int dir = ::open(dir_path.c_str(), O_RDONLY | O_CLOEXEC); dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return {};
-}
 }  // namespace detail
 
 // Thread-safe. Lookups happen when an op's plan is first built, not per launch, so one mutex is
@@ -353,19 +323,9 @@ class Cache {
   // An empty path gives a cache held in memory only.
   explicit Cache(std::filesystem::path path) : path_(std::move(path)) {}
 
-  // $CUTRAIN_AUTOTUNE_CACHE, else $XDG_CACHE_HOME/cutrain/autotune.json (an absolute one, as the
-  // XDG spec says), else $HOME/.cache/cutrain/autotune.json; empty (memory only) when none is set.
-  static std::filesystem::path default_path() {
-    const auto env = [](const char* name) -> std::string {
-      const char* v = std::getenv(name);
-      return v ? v : "";
-    };
-    if (auto p = env("CUTRAIN_AUTOTUNE_CACHE"); !p.empty()) return p;
-    if (auto d = env("XDG_CACHE_HOME"); !d.empty() && d.front() == '/')
-      return std::filesystem::path(d) / "cutrain" / "autotune.json";
-    if (auto d = env("HOME"); !d.empty()) return std::filesystem::path(d) / ".cache" / "cutrain" / "autotune.json";
-    return {};
-  }
+  // $CUTRAIN_AUTOTUNE_CACHE, else autotune.json in cutrain's cache directory (files::cache_path);
+  // empty (memory only) when there is none.
+  static std::filesystem::path default_path() { return files::cache_path("CUTRAIN_AUTOTUNE_CACHE", "autotune.json"); }
 
   const std::filesystem::path& path() const noexcept { return path_; }
 
@@ -402,7 +362,7 @@ class Cache {
       CUTRAIN_REQUIRE(why.empty(), InvalidArgument, "autotune::Cache::insert", why, " (key ", key.text(), ")");
     std::unique_lock lock(mutex_);
     load_once();
-    json::Value raw = json::Value::Object{{"key", detail::to_json(key)}, {"choice", detail::to_json(choice)}};
+    json::Value raw = json::Value::object({{"key", detail::to_json(key)}, {"choice", detail::to_json(choice)}});
     map_[key.text()] = Entry{key, choice, std::move(raw), true};
     emit_warnings(lock);
   }
@@ -479,12 +439,15 @@ class Cache {
     for (auto& [text, e] : read_file()) merged.insert_or_assign(text, std::move(e));
     for (const auto& [text, e] : map_)
       if (e.unsaved) merged.insert_or_assign(text, Entry{e.key, e.choice, e.raw, false});
-    json::Value::Array list;
+    json::Value list = json::Value::array();
     for (const auto& [text, e] : merged) list.push_back(e.raw);
-    const json::Value doc = json::Value::Object{
-        {"format", format_tag}, {"version", format_version}, {"entries", std::move(list)}};
-    if (const auto error = detail::write_atomically(path_, json::dump(doc, 2) + "\n"); !error.empty())
-      return warn(detail::cat(path_.string(), ": not saved: ", error));
+    const json::Value doc =
+        json::Value::object({{"format", format_tag}, {"version", format_version}, {"entries", std::move(list)}});
+    try {
+      files::write_atomically(path_, json::dump(doc, 2) + "\n", "autotune::Cache::save");
+    } catch (const files::FileError& e) {
+      return warn(detail::cat(path_.string(), ": not saved: ", e.reason()));
+    }
     map_ = std::move(merged);
     loaded_ = true;
   }
@@ -523,21 +486,21 @@ class Cache {
     try {
       doc = json::parse(text);
     } catch (const json::ParseError& e) {
-      warn(detail::cat(name, ": corrupt (not valid JSON at byte ", e.offset(), ": ", e.reason(), "); ignored"));
+      warn(detail::cat(name, ": corrupt (not valid JSON: ", e.reason(), "); ignored"));
       return map;
     }
-    const json::Value* format = doc.is_object() ? doc.find("format") : nullptr;
-    if (!format || !format->is_string() || format->as_string() != format_tag) {
+    const json::Value* format = doc.is_object() ? json::find(doc, "format") : nullptr;
+    if (!format || !format->is_string() || json::as_string(*format) != format_tag) {
       warn(detail::cat(name, ": not a cutrain autotune cache (no \"format\": \"", format_tag, "\"); ignored"));
       return map;
     }
-    const json::Value* version = doc.find("version");
-    if (!version || !version->is_int() || version->as_int() != format_version) {
+    const json::Value* version = json::find(doc, "version");
+    if (!version || !version->is_number_integer() || json::as_int(*version) != format_version) {
       warn(detail::cat(name, ": format version ", version ? json::dump(*version, 0) : "missing",
                        " is not the version this build reads (", format_version, "); ignored"));
       return map;
     }
-    const json::Value* list = doc.find("entries");
+    const json::Value* list = json::find(doc, "entries");
     if (!list || !list->is_array()) {
       warn(detail::cat(name, ": corrupt (\"entries\" is not an array); ignored"));
       return map;
@@ -545,10 +508,10 @@ class Cache {
     // One bad entry (edited by hand, say) costs that entry, not the whole file.
     std::size_t bad = 0;
     std::string first_problem;
-    for (const auto& item : list->as_array()) {
+    for (const auto& item : *list) {
       try {
-        Key key = detail::key_from_json(item.at("key"));
-        Choice choice = detail::choice_from_json(item.at("choice"));
+        Key key = detail::key_from_json(json::at(item, "key"));
+        Choice choice = detail::choice_from_json(json::at(item, "choice"));
         std::string text_key = key.text();
         map.insert_or_assign(std::move(text_key), Entry{std::move(key), std::move(choice), item, false});
       } catch (const cutrain::Error& e) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cutrain/core/error.hpp"
+#include "cutrain/core/files.hpp"
 #include "cutrain/cuda/kernels/program.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
@@ -183,18 +184,9 @@ inline std::vector<char> compile_cubin_for(std::string_view source, int arch, st
 // ---------------------------------------------------------------------------------------------
 // The disk cache (no GPU needed)
 
-// Where compiled kernels are cached: $CUTRAIN_KERNEL_CACHE, else $XDG_CACHE_HOME/cutrain/kernels,
-// else ~/.cache/cutrain/kernels; empty (no disk cache) when none of them is set.
-inline std::filesystem::path kernel_cache_dir() {
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? v : "";
-  };
-  if (auto d = env("CUTRAIN_KERNEL_CACHE"); !d.empty()) return d;
-  if (auto d = env("XDG_CACHE_HOME"); !d.empty()) return std::filesystem::path(d) / "cutrain" / "kernels";
-  if (auto d = env("HOME"); !d.empty()) return std::filesystem::path(d) / ".cache" / "cutrain" / "kernels";
-  return {};
-}
+// Where compiled kernels are cached: $CUTRAIN_KERNEL_CACHE, else kernels/ in cutrain's cache
+// directory (files::cache_path); empty (no disk cache) when there is none.
+inline std::filesystem::path kernel_cache_dir() { return files::cache_path("CUTRAIN_KERNEL_CACHE", "kernels"); }
 
 // The cache key: a hash of the source, NVRTC's version, the target and the options.
 inline std::string cache_key(const Program& p, const Target& t) {
@@ -262,36 +254,23 @@ inline std::optional<std::vector<char>> read_cache_file(const std::filesystem::p
   return std::vector<char>(payload.begin(), payload.end());
 }
 
-// Writes a cache file atomically (a temporary file renamed over the target), so a reader never
-// sees half a file. Returns false, and leaves no temporary behind, when it cannot.
+// Writes a cache file atomically (files::AtomicFile), so a reader never sees half a file.
+// Returns false, and leaves no temporary behind, when it cannot.
 inline bool write_cache_file(const std::filesystem::path& path, const std::vector<char>& payload) {
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
-  if (ec) return false;
-  static std::atomic<std::uint64_t> counter{0};
-  const std::filesystem::path tmp =
-      path.string() + cutrain::detail::cat(".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  try {
+    std::filesystem::create_directories(path.parent_path());
+    files::AtomicFile out(path, "kernels::write_cache_file");
     const std::uint64_t size = payload.size();
     const std::uint64_t hash = fnv1a(std::string_view(payload.data(), payload.size()));
-    out.write(cache_magic.data(), static_cast<std::streamsize>(cache_magic.size()));
-    out.write(reinterpret_cast<const char*>(&size), 8);
-    out.write(reinterpret_cast<const char*>(&hash), 8);
-    out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      return false;
-    }
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
+    out.write(cache_magic);
+    out.write(&size, 8);
+    out.write(&hash, 8);
+    out.write(payload.data(), payload.size());
+    out.commit();
+    return true;
+  } catch (const std::exception&) {  // a FileError, a filesystem_error, out of memory
     return false;
   }
-  return true;
 }
 }  // namespace detail
 
