@@ -2,6 +2,8 @@
 // graphs cannot overflow the call stack), summing gradients where a Var feeds several ops.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -13,7 +15,7 @@
 #include "cutrain/autograd/var.hpp"
 #include "cutrain/ops/elementwise.hpp"
 
-namespace cutrain::autograd {
+namespace cutrain::inline CUTRAIN_ABI::autograd {
 
 namespace detail {
 
@@ -149,4 +151,4 @@ void Var<T>::backward(const Tensor<T>& seed, bool retain_graph) const {
   detail::run_backward(*checked(), seed.clone(), retain_graph);
 }
 
-}  // namespace cutrain::autograd
+}  // namespace cutrain::inline CUTRAIN_ABI::autograd

@@ -6,6 +6,8 @@
 // the last handle to the loss drops the whole graph.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -15,7 +17,7 @@
 #include "cutrain/core/error.hpp"
 #include "cutrain/core/tensor.hpp"
 
-namespace cutrain::autograd {
+namespace cutrain::inline CUTRAIN_ABI::autograd {
 
 template <class T>
 class Node;
@@ -132,6 +134,6 @@ Var<T> parameter(Tensor<T> value) {
   return Var<T>(std::move(value), true);
 }
 
-}  // namespace cutrain::autograd
+}  // namespace cutrain::inline CUTRAIN_ABI::autograd
 
 #include "cutrain/autograd/engine.hpp"

@@ -6,6 +6,8 @@
 // Without a backend, asking for device memory throws DeviceError naming the op.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,7 +16,7 @@
 #include "cutrain/core/device.hpp"
 #include "cutrain/core/error.hpp"
 
-namespace cutrain::detail {
+namespace cutrain::inline CUTRAIN_ABI::detail {
 
 [[noreturn]] inline void no_cuda(std::string_view op) {
   throw DeviceError(op, "the CUDA backend is not compiled in or not included (link cutrain::cuda, which defines "
@@ -92,4 +94,4 @@ inline bool device_capturing() {
   return b.capturing && b.capturing();
 }
 
-}  // namespace cutrain::detail
+}  // namespace cutrain::inline CUTRAIN_ABI::detail

@@ -2,9 +2,11 @@
 // host; ops::cast converts them on the GPU). f16/bf16 round to nearest even.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/core/tensor.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 template <class U, class T>
 Tensor<U> cast(const Tensor<T>& t) {
@@ -19,4 +21,4 @@ Tensor<U> cast(const Tensor<T>& t) {
   return Tensor<U>::from_vector(out, t.shape(), {.layout = l, .device = t.device()});
 }
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

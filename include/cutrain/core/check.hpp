@@ -1,12 +1,14 @@
 // Argument checks shared by every op: each throws an Error that names the op and the tensors.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <initializer_list>
 #include <string_view>
 
 #include "cutrain/core/tensor.hpp"
 
-namespace cutrain::check {
+namespace cutrain::inline CUTRAIN_ABI::check {
 
 template <class T>
 void defined(std::string_view op, const Tensor<T>& t, std::string_view name) {
@@ -50,4 +52,4 @@ inline void non_negative(std::string_view op, std::int64_t v, std::string_view n
   CUTRAIN_REQUIRE(v >= 0, InvalidArgument, op, name, " must be non-negative, got ", v);
 }
 
-}  // namespace cutrain::check
+}  // namespace cutrain::inline CUTRAIN_ABI::check

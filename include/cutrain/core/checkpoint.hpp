@@ -7,6 +7,8 @@
 // module and Rng helpers, optim::SGD / optim::AdamW have save_state / load_state.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -31,7 +33,7 @@
 #include "cutrain/core/shape.hpp"
 #include "cutrain/core/tensor.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 namespace detail::ckpt {
 
@@ -527,4 +529,4 @@ class Checkpoint {
   std::map<std::string, std::size_t> index_;  // name -> position in records_
 };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

@@ -1,10 +1,12 @@
 // Where a tensor lives: the host, or one CUDA device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <ostream>
 #include <string>
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 struct Device {
   enum class Kind { cpu, cuda };
@@ -29,4 +31,4 @@ inline constexpr bool built_with_cuda =
     false;
 #endif
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

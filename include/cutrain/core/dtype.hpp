@@ -2,13 +2,15 @@
 // round-to-nearest-even), plus the integer types used for labels and masks.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <string_view>
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 enum class DType { f64, f32, f16, bf16, i32, u8 };
 
@@ -111,4 +113,4 @@ template <class T> inline constexpr DType dtype_of = dtype_traits<T>::dtype;
 // Element types the CPU backend computes in (f16/bf16 are storage types on the host).
 template <class T> concept CpuFloat = std::same_as<T, float> || std::same_as<T, double>;
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

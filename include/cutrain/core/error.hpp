@@ -1,6 +1,8 @@
 // Errors are exceptions whose message names the op, the reason and where it was thrown.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <concepts>
@@ -14,7 +16,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 namespace detail {
 // One argument of cat(), appended as `std::ostream << a` would print it. Strings, characters,
@@ -134,7 +136,7 @@ class CudnnError : public Error {
 class CublasError : public Error { using Error::Error; };
 class NvrtcError : public Error { using Error::Error; };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI
 
 // Throws ExcType(op, message) when cond is false; the message is only built on failure.
 #define CUTRAIN_REQUIRE(cond, ExcType, op, ...)                         \

@@ -3,6 +3,8 @@
 // kernel and plan caches and checkpoints all go through here.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <fcntl.h>
 #ifdef _WIN32
 #include <io.h>
@@ -27,7 +29,7 @@
 
 #include "cutrain/core/error.hpp"
 
-namespace cutrain::files {
+namespace cutrain::inline CUTRAIN_ABI::files {
 
 // Where a cache named `name` (a file or a directory) lives: $<override_variable> when it is set
 // and not empty; else $XDG_CACHE_HOME/cutrain/<name> when XDG_CACHE_HOME is an absolute path (the
@@ -185,4 +187,4 @@ inline void write_atomically(const std::filesystem::path& path, std::string_view
   f.commit();
 }
 
-}  // namespace cutrain::files
+}  // namespace cutrain::inline CUTRAIN_ABI::files

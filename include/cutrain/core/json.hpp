@@ -13,6 +13,8 @@
 // specializes nlohmann::adl_serializer<float> (a float becomes hex text): store doubles.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -24,7 +26,7 @@
 
 #include "cutrain/core/error.hpp"
 
-namespace cutrain::json {
+namespace cutrain::inline CUTRAIN_ABI::json {
 
 // Members keep the order they were written or read in, so a file reads back as it was.
 using Value = nlohmann::ordered_json;
@@ -186,4 +188,4 @@ inline const Value::array_t& as_array(const Value& v) {
   return v.get_ref<const Value::array_t&>();
 }
 
-}  // namespace cutrain::json
+}  // namespace cutrain::inline CUTRAIN_ABI::json

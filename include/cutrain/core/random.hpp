@@ -2,11 +2,13 @@
 // backend and in every order of evaluation, so dropout masks and inits are reproducible.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <numbers>
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 inline std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -43,4 +45,4 @@ class Rng {
   std::uint64_t counter_ = 0;
 };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

@@ -2,6 +2,8 @@
 // its strides say where the elements lie (NCHW, NHWC or any other strided view), as in cuDNN.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
@@ -11,7 +13,7 @@
 
 #include "cutrain/core/error.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 // row_major: contiguous in logical order (for 4-d tensors the same as nchw).
 enum class Layout { row_major, nchw, nhwc, strided };
@@ -105,4 +107,4 @@ inline void check_shape_valid(std::string_view op, const Shape& s) {
     CUTRAIN_REQUIRE(d >= 0, InvalidArgument, op, "shape ", s, " has a negative dimension");
 }
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

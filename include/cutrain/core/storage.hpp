@@ -3,6 +3,8 @@
 // anyway); host memory is zeroed. Without a backend, asking for cuda memory throws DeviceError.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -15,7 +17,7 @@
 #include "cutrain/core/device.hpp"
 #include "cutrain/core/error.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 class Storage {
  public:
@@ -94,4 +96,4 @@ inline void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_de
   detail::device_backend("copy_bytes").copy(dst, dst_dev, src, src_dev, bytes);
 }
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

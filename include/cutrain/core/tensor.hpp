@@ -3,6 +3,8 @@
 // and keep it alive. Copies are explicit: clone(), copy_from(), to(device), contiguous(layout).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -17,7 +19,7 @@
 #include "cutrain/core/shape.hpp"
 #include "cutrain/core/storage.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 struct TensorOptions {
   Layout layout = Layout::row_major;  // nchw or nhwc for 4-d tensors
@@ -316,4 +318,4 @@ class Tensor {
   std::int64_t offset_ = 0;
 };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

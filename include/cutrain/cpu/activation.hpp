@@ -1,13 +1,15 @@
 // Activations on the CPU: forward and backward, elementwise, any layout.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <numbers>
 
 #include "cutrain/cpu/common.hpp"
 #include "cutrain/core/params/activation.hpp"
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 namespace detail {
 template <class T>
@@ -93,4 +95,4 @@ Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Act
   return dx;
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

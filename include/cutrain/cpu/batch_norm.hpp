@@ -5,6 +5,8 @@
 // as accurate as any backend it checks; results are rounded to T once, at the end.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -13,7 +15,7 @@
 #include "cutrain/core/params/norm.hpp"
 #include "cutrain/cpu/common.hpp"
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 namespace detail {
 // x seen as [N, C, S] contiguous after staging, with S = H * W (1 for a 2-d x).
@@ -164,4 +166,4 @@ NormBackward<T> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, con
           detail::batch_norm_channel_tensor<T>(dbeta)};
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

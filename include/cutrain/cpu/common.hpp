@@ -1,11 +1,13 @@
 // Helpers shared by the CPU ops: layout staging and Eigen views over tensors.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <Eigen/Core>
 
 #include "cutrain/core/check.hpp"
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 template <class T>
 using MatrixRM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -41,4 +43,4 @@ Tensor<T> in_layout_of(Tensor<T> result, const Tensor<T>& like) {
   return result.contiguous(Layout::nhwc);
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

@@ -2,6 +2,8 @@
 // Everything is computed on contiguous nchw staging copies; results go back to the caller's layout.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -9,7 +11,7 @@
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/cpu/common.hpp"
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 namespace detail {
 
@@ -214,4 +216,4 @@ Tensor<T> conv2d_backward_bias(const Tensor<T>& dy) {
   return db;
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

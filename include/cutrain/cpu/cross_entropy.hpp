@@ -1,12 +1,14 @@
 // Softmax cross-entropy from logits [N, C] and integer labels [N], with label smoothing, on the CPU.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 
 #include "cutrain/core/params/loss.hpp"
 #include "cutrain/cpu/softmax.hpp"
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 // Target q = (1 - eps) onehot(label) + eps / C; loss_i = -sum_c q_c log_softmax(x)_ic;
 // the result has shape {} (one element): the sum over i, divided by N for the mean.
@@ -51,4 +53,4 @@ Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int3
   return d;
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

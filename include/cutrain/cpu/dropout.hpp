@@ -2,12 +2,14 @@
 // uniform_at(seed, i) < p, so every backend and every layout draws the same mask.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <vector>
 
 #include "cutrain/cpu/common.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 // y = x * mask; mask holds 0 (dropped) or 1 / (1 - p) (kept), in x's layout.
 template <class T>
@@ -15,9 +17,9 @@ struct DropoutForward {
   Tensor<T> y, mask;
 };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 template <CpuFloat T>
 DropoutForward<T> dropout_forward(const Tensor<T>& x, double p, std::uint64_t seed) {
@@ -45,4 +47,4 @@ Tensor<T> dropout_backward(const Tensor<T>& dy, const Tensor<T>& mask) {
   return t;
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

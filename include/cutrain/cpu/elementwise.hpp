@@ -1,11 +1,13 @@
 // Elementwise add, multiply and scale on the CPU, forward and backward, any layouts.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <vector>
 
 #include "cutrain/cpu/common.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 // Gradients of a binary elementwise op with respect to its two inputs.
 template <class T>
@@ -13,9 +15,9 @@ struct BinaryBackward {
   Tensor<T> da, db;
 };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 namespace detail {
 // out[i] = fn(a[i], b[i]) over logical indices; out is laid out like `like`.
@@ -66,4 +68,4 @@ Tensor<T> scale_backward(const Tensor<T>& dy, double alpha) {
   return scale(dy, alpha);
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

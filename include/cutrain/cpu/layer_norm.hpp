@@ -4,6 +4,8 @@
 // As in batch_norm.hpp, sums and statistics are accumulated in double and rounded to T at the end.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -12,7 +14,7 @@
 #include "cutrain/core/params/norm.hpp"
 #include "cutrain/cpu/common.hpp"
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 namespace detail {
 template <class T>
@@ -112,4 +114,4 @@ NormBackward<T> layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, con
           detail::layer_norm_from_double<T>(dbeta, row_shape)};
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

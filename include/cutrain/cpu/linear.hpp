@@ -1,9 +1,11 @@
 // Fully connected layer on the CPU: y = x w^T + b, with Eigen GEMM.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/cpu/common.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 // Gradients of linear_forward; db is undefined when the layer has no bias.
 template <class T>
@@ -11,9 +13,9 @@ struct LinearBackward {
   Tensor<T> dx, dw, db;
 };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 // x [N, in], w [out, in], bias [out] or undefined -> y [N, out].
 template <CpuFloat T>
@@ -51,4 +53,4 @@ LinearBackward<T> linear_backward(const Tensor<T>& x, const Tensor<T>& w, const 
   return g;
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

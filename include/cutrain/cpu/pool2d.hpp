@@ -2,6 +2,8 @@
 // Inputs are staged to contiguous nchw; outputs and dx come back in x's layout.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,7 +12,7 @@
 #include "cutrain/core/params/pool2d.hpp"
 #include "cutrain/cpu/common.hpp"
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 namespace detail {
 struct PoolGeometry {
@@ -138,4 +140,4 @@ Tensor<T> global_avg_pool_backward(const Tensor<T>& dy, const Shape& x_shape, La
   return dx;
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

@@ -2,12 +2,14 @@
 // Each row is shifted by its maximum first, so large logits do not overflow exp().
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 
 #include "cutrain/cpu/common.hpp"
 
-namespace cutrain::cpu {
+namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 namespace detail {
 // For one row of C logits: the maximum and log(sum exp(x - max)), so that
@@ -83,4 +85,4 @@ Tensor<T> log_softmax_backward(const Tensor<T>& y, const Tensor<T>& dy) {
   return dx;
 }
 
-}  // namespace cutrain::cpu
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu

@@ -3,6 +3,8 @@
 // backend (cuda/backend.hpp) hands its blocks to Storage through core/backend.hpp.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -18,7 +20,7 @@
 
 #include "cutrain/core/error.hpp"
 
-namespace cutrain::detail {
+namespace cutrain::inline CUTRAIN_ABI::detail {
 
 inline void cuda_check(cudaError_t st, std::string_view op, std::string_view what) {
   if (st != cudaSuccess)
@@ -195,4 +197,4 @@ class DeviceCache {
   std::size_t cached_bytes_ = 0;
 };
 
-}  // namespace cutrain::detail
+}  // namespace cutrain::inline CUTRAIN_ABI::detail

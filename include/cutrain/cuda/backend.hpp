@@ -4,6 +4,8 @@
 // (runtime.hpp includes this one); cuda/kernels/copy.hpp adds the strided copy kernel.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -18,7 +20,7 @@
 #include "cutrain/core/backend.hpp"
 #include "cutrain/cuda/allocator.hpp"
 
-namespace cutrain::cuda::detail {
+namespace cutrain::inline CUTRAIN_ABI::cuda::detail {
 
 namespace core = cutrain::detail;
 
@@ -125,4 +127,4 @@ inline bool register_backend() {
 // Before any tensor of a translation unit that includes this header is made at namespace scope.
 inline const bool backend_registered = register_backend();
 
-}  // namespace cutrain::cuda::detail
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::detail

@@ -22,6 +22,8 @@
 //    the captured step read.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -33,7 +35,7 @@
 
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda {
+namespace cutrain::inline CUTRAIN_ABI::cuda {
 
 class CudaGraph {
  public:
@@ -140,4 +142,4 @@ class CudaGraph {
   std::vector<std::function<void()>> hooks_;
 };
 
-}  // namespace cutrain::cuda
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda

@@ -3,7 +3,9 @@
 // always accumulate in f32.
 #pragma once
 
-namespace cutrain::cuda {
+#include "cutrain/core/abi.hpp"
+
+namespace cutrain::inline CUTRAIN_ABI::cuda {
 
 struct MathOptions {
   bool allow_tf32 = false;
@@ -13,4 +15,4 @@ inline MathOptions& math_options() {
   return o;
 }
 
-}  // namespace cutrain::cuda
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda

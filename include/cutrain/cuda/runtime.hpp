@@ -3,6 +3,8 @@
 // Including it (every cuda/ header does) registers the CUDA backend that core/ allocates through.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -21,7 +23,7 @@
 #include "cutrain/cuda/allocator.hpp"
 #include "cutrain/cuda/backend.hpp"
 
-namespace cutrain::cuda {
+namespace cutrain::inline CUTRAIN_ABI::cuda {
 
 namespace detail {
 // Microseconds since t0 on the steady clock: the counters of time spent (build, load, tuning stats).
@@ -186,4 +188,4 @@ inline void synchronize(std::string_view op = "cuda::synchronize") {
   check(cudaGetLastError(), op, "a previous kernel");
 }
 
-}  // namespace cutrain::cuda
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda

@@ -10,6 +10,8 @@
 // otherwise the op builds its graph as without a warm start. Off with CUTRAIN_PLAN_CACHE=0.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <dlfcn.h>
 #include <link.h>
 
@@ -25,7 +27,7 @@
 #include "cutrain/cuda/cudnn/plan_files.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda {
+namespace cutrain::inline CUTRAIN_ABI::cuda {
 
 namespace detail {
 // Runs a loaded plan once on zeroed scratch buffers on stream s (stream-ordered allocations: no
@@ -263,4 +265,4 @@ inline WarmStartStats warm_start_stats() {
           w.last_ready_us / 1e3, w.libraries_us / 1e3, w.cublas_ready_us < 0 ? -1.0 : w.cublas_ready_us / 1e3};
 }
 
-}  // namespace cutrain::cuda
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda

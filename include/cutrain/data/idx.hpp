@@ -2,6 +2,8 @@
 // Only unsigned-byte data (type 0x08) is read: that is what the data sets use.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <zlib.h>
 
 #include <cstdint>
@@ -12,7 +14,7 @@
 
 #include "cutrain/core/tensor.hpp"
 
-namespace cutrain::data {
+namespace cutrain::inline CUTRAIN_ABI::data {
 
 struct IdxArray {
   std::vector<std::int64_t> dims;
@@ -123,4 +125,4 @@ ImageDataset<T> fashion_mnist(const std::string& split, const std::string& dir =
   return ds;
 }
 
-}  // namespace cutrain::data
+}  // namespace cutrain::inline CUTRAIN_ABI::data

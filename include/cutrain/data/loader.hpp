@@ -15,6 +15,8 @@
 // pixel values (before normalization), as torchvision's RandomCrop(padding) then Normalize.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <algorithm>
@@ -27,7 +29,7 @@
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/data/idx.hpp"
 
-namespace cutrain::data {
+namespace cutrain::inline CUTRAIN_ABI::data {
 
 struct LoaderOptions {
   std::int64_t batch = 64;
@@ -224,4 +226,4 @@ Loader(const ImageDataset<T>&, const LoaderOptions&) -> Loader<T>;
 template <class T>
 Loader(const ImageDataset<T>&) -> Loader<T>;
 
-}  // namespace cutrain::data
+}  // namespace cutrain::inline CUTRAIN_ABI::data

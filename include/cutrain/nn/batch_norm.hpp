@@ -4,12 +4,14 @@
 // parameters and statistics in f32 (cuDNN computes in f32 from them).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 
 #include "cutrain/autograd/functions.hpp"
 #include "cutrain/nn/module.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 struct BatchNormOptions {
   std::int64_t features = 0;
@@ -53,4 +55,4 @@ class BatchNorm2d : public Module<BatchNorm2d<T>, T> {
   Tensor<T> running_mean, running_var;
 };
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

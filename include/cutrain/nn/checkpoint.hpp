@@ -9,6 +9,8 @@
 //   ckpt.save(dir / "last.ckpt");
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <bit>
 #include <cstdint>
 #include <string>
@@ -18,7 +20,7 @@
 #include "cutrain/core/random.hpp"
 #include "cutrain/nn/module.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 using cutrain::Checkpoint;
 
@@ -68,4 +70,4 @@ inline void get_rng(const Checkpoint& ckpt, const std::string& name, Rng& rng) {
   rng.set_state(std::bit_cast<std::uint64_t>(seed), std::bit_cast<std::uint64_t>(counter));
 }
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

@@ -1,13 +1,15 @@
 // nn::Conv2d: 2-d convolution with optional bias, weights [out, in/groups, k, k].
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 
 #include "cutrain/autograd/functions.hpp"
 #include "cutrain/nn/init.hpp"
 #include "cutrain/nn/module.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 struct Conv2dOptions {
   std::int64_t in = 0, out = 0;
@@ -59,4 +61,4 @@ class Conv2d : public Module<Conv2d<T>, T> {
   Conv2dParams params_;
 };
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

@@ -2,13 +2,15 @@
 // followed by ReLU, Glorot (Xavier) for the rest.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <cstdint>
 
 #include "cutrain/core/random.hpp"
 #include "cutrain/core/tensor.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 enum class Init { kaiming_uniform, kaiming_normal, xavier_uniform, xavier_normal };
 
@@ -30,4 +32,4 @@ Tensor<T> make(const Shape& shape, Init kind, std::int64_t fan_in, std::int64_t 
 inline Rng rng_for(std::uint64_t seed, std::uint64_t salt) { return Rng(splitmix64(seed ^ splitmix64(salt))); }
 
 }  // namespace init
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

@@ -2,13 +2,15 @@
 // that shape.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <vector>
 
 #include "cutrain/autograd/functions.hpp"
 #include "cutrain/nn/module.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 struct LayerNormOptions {
   std::vector<std::int64_t> shape;  // the dims after the batch dim, e.g. {C} or {C, H, W}
@@ -35,4 +37,4 @@ class LayerNorm : public Module<LayerNorm<T>, T> {
   LayerNormOptions opts_;
 };
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

@@ -2,12 +2,14 @@
 // takes a Var of any element type, so they read as nn::ReLU{} and nn::MaxPool2d({.kernel = 2}).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 
 #include "cutrain/autograd/functions.hpp"
 #include "cutrain/core/random.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 struct Activation {
   ActivationParams params;
@@ -87,4 +89,4 @@ class Dropout {
   std::uint64_t calls_ = 0;
 };
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

@@ -1,13 +1,15 @@
 // nn::Linear: y = x w^T + b, w [out, in].
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 
 #include "cutrain/autograd/functions.hpp"
 #include "cutrain/nn/init.hpp"
 #include "cutrain/nn/module.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 struct LinearOptions {
   std::int64_t in = 0, out = 0;
@@ -52,4 +54,4 @@ class Linear : public Module<Linear<T>, T> {
   LinearOptions opts_;
 };
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

@@ -1,11 +1,13 @@
 // Losses on Vars, as the training loop calls them: nn::cross_entropy(net(x), y).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 
 #include "cutrain/autograd/functions.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 template <class T>
 autograd::Var<T> cross_entropy(const autograd::Var<T>& logits, const Tensor<std::int32_t>& labels,
@@ -13,4 +15,4 @@ autograd::Var<T> cross_entropy(const autograd::Var<T>& logits, const Tensor<std:
   return autograd::cross_entropy(logits, labels, p);
 }
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

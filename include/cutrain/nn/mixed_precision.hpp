@@ -10,13 +10,15 @@
 // runs bf16 and f16; the CPU backend computes in f32 and f64 only.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <optional>
 #include <string_view>
 
 #include "cutrain/autograd/functions.hpp"
 #include "cutrain/core/dtype.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 enum class Precision { f32, bf16, f16 };
 
@@ -47,4 +49,4 @@ autograd::Var<T> autocast(Precision p, Net& net, const Tensor<T>& x) {
   return net(autograd::Var<T>(x.view()));
 }
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

@@ -1,6 +1,8 @@
 // Ready-made models of the examples and benchmarks, so that they all train the same network.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 
 #include "cutrain/nn/batch_norm.hpp"
@@ -10,7 +12,7 @@
 #include "cutrain/nn/residual.hpp"
 #include "cutrain/nn/sequential.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 // The reference CNN for 28x28 single-channel images (Fashion-MNIST): conv3x3 1->32, BN, ReLU,
 // maxpool, conv3x3 32->64, BN, ReLU, maxpool, linear 3136->256, ReLU, linear 256->10. width
@@ -58,4 +60,4 @@ Sequential<T> resnet18_cifar(Rng& init, std::int64_t classes = 10, std::int64_t 
   return net;
 }
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

@@ -7,6 +7,8 @@
 // Modules with parameters take a Var<X> of any X that RunsIn<X, T> (mixed precision).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <concepts>
 #include <functional>
 #include <map>
@@ -17,7 +19,7 @@
 
 #include "cutrain/autograd/var.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 template <class T> using Var = autograd::Var<T>;
 
@@ -135,4 +137,4 @@ class Module {
   Self& self() { return static_cast<Self&>(*this); }
 };
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

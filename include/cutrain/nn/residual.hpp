@@ -2,13 +2,15 @@
 // The shortcut is the identity, or a 1x1 conv + batch norm when the stride or width changes.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <optional>
 
 #include "cutrain/nn/batch_norm.hpp"
 #include "cutrain/nn/conv2d.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 struct ResidualBlockOptions {
   std::int64_t in = 0;
@@ -75,4 +77,4 @@ class ResidualBlock : public Module<ResidualBlock<T>, T> {
   std::optional<BatchNorm2d<T>> shortcut_bn;
 };
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

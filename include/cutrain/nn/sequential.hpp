@@ -6,6 +6,8 @@
 // nn/mixed_precision.hpp): each module takes the Var in whatever type it arrives.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <concepts>
 #include <memory>
 #include <string>
@@ -17,7 +19,7 @@
 #include "cutrain/nn/layers.hpp"
 #include "cutrain/nn/module.hpp"
 
-namespace cutrain::nn {
+namespace cutrain::inline CUTRAIN_ABI::nn {
 
 namespace detail {
 // What flows between the modules of a Sequential: a Var of any element type.
@@ -169,4 +171,4 @@ class Sequential : public Module<Sequential<T>, T> {
   bool fuse_ = true;
 };
 
-}  // namespace cutrain::nn
+}  // namespace cutrain::inline CUTRAIN_ABI::nn

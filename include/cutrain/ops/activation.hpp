@@ -1,6 +1,8 @@
 // activation_forward / activation_backward: dispatch on the tensors' device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/cpu/activation.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
@@ -8,7 +10,7 @@
 #include "cutrain/cuda/cudnn/activation.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 template <class T>
 Tensor<T> activation_forward(const Tensor<T>& x, const ActivationParams& a) {
@@ -42,4 +44,4 @@ Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Act
       x, dy);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

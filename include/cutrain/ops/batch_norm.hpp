@@ -2,6 +2,8 @@
 // then dispatch on the tensors' device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <string_view>
 
@@ -13,7 +15,7 @@
 #include "cutrain/cuda/kernels/batch_norm_inference.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 // x must be [N,C] or [N,C,H,W] with no zero dimension; returns C.
@@ -112,4 +114,4 @@ NormBackward<T, S> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, 
       x, dy, gamma, save_mean, save_inv_std);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -3,6 +3,8 @@
 // cuda/kernels/cast.hpp, between f32, bf16 and f16, so a cast can run inside a CUDA graph.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <concepts>
 
 #include "cutrain/core/cast.hpp"
@@ -12,7 +14,7 @@
 #include "cutrain/cuda/kernels/cast.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 // Every pair of types on the CPU; f32, bf16 and f16 on the GPU.
@@ -40,4 +42,4 @@ Tensor<U> cast(const Tensor<T>& x) {
   }
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -2,6 +2,8 @@
 // validate, then dispatch on the tensors' device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/cpu/conv2d.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/dispatch.hpp"
@@ -11,7 +13,7 @@
 #include "cutrain/cuda/kernels/bias_grad.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 template <class T>
@@ -161,4 +163,4 @@ Tensor<T> conv2d_backward_bias(const Tensor<T>& dy) {
       dy);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -1,6 +1,8 @@
 // cross_entropy_forward / cross_entropy_backward (softmax + NLL from logits): dispatch on device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <type_traits>
 
@@ -11,7 +13,7 @@
 #include "cutrain/cuda/kernels/cross_entropy.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 template <class T>
@@ -96,4 +98,4 @@ Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int3
       logits, labels);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -11,6 +11,8 @@
 // only for the element types the backend computes in.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <concepts>
 #include <string_view>
 #include <type_traits>
@@ -26,7 +28,7 @@
 #define CUTRAIN_IF_CUDA(...) ::cutrain::ops::detail::NoCuda {}
 #endif
 
-namespace cutrain::ops::detail {
+namespace cutrain::inline CUTRAIN_ABI::ops::detail {
 
 // A new output of `shape` on like's device, nhwc when `like` is nhwc (else row-major/nchw).
 template <class T, class U>
@@ -118,4 +120,4 @@ R dispatch(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu
   }
 }
 
-}  // namespace cutrain::ops::detail
+}  // namespace cutrain::inline CUTRAIN_ABI::ops::detail

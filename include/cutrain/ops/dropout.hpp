@@ -1,6 +1,8 @@
 // dropout_forward / dropout_backward (seeded, inverted dropout): dispatch on the tensors' device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 
 #include "cutrain/cpu/dropout.hpp"
@@ -10,7 +12,7 @@
 #include "cutrain/cuda/kernels/dropout.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 // Drops element i (logical index) when uniform_at(seed, i) < p and scales the rest by 1 / (1 - p).
 template <class T>
@@ -46,4 +48,4 @@ Tensor<T> dropout_backward(const Tensor<T>& dy, const Tensor<T>& mask) {
       dy, mask);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

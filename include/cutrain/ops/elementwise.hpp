@@ -1,6 +1,8 @@
 // add / multiply / scale and their backwards: dispatch on the tensors' device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 
 #include "cutrain/cpu/elementwise.hpp"
@@ -10,7 +12,7 @@
 #include "cutrain/cuda/kernels/elementwise.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 template <class T>
@@ -122,4 +124,4 @@ Tensor<T> scale_backward(const Tensor<T>& dy, double alpha) {
       dy);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

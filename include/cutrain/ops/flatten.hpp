@@ -4,10 +4,12 @@
 // strided copy kernel); row-major inputs give views, with no copy at all.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/cpu/common.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 // A view when x is row-major (nchw); an nhwc or strided x is copied to row-major first, so
 // the features of one sample come out in c, h, w order whatever the layout.
@@ -46,4 +48,4 @@ Tensor<T> flatten_backward(const Tensor<T>& dy, const Shape& x_shape, Layout lay
       CUTRAIN_IF_CUDA([&](const auto& dy) { return in_layout(dy.contiguous(Layout::row_major).reshape(x_shape)); }), dy);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -1,6 +1,8 @@
 // layer_norm_forward / layer_norm_backward: validate, then dispatch on the tensors' device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -12,7 +14,7 @@
 #include "cutrain/cuda/cudnn/norm.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 // x must have rank >= 2 and no zero dimension; returns the shape gamma and beta must have.
@@ -79,4 +81,4 @@ NormBackward<T, S> layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, 
       x, dy, gamma, mean, inv_std);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -2,6 +2,8 @@
 // (CPU: Eigen; CUDA: cuBLASLt with the bias and activation fused as epilogues).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/cpu/activation.hpp"
 #include "cutrain/cpu/linear.hpp"
 #include "cutrain/ops/dispatch.hpp"
@@ -10,7 +12,7 @@
 #include "cutrain/cuda/cublas/linear.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 inline constexpr std::string_view linear_shapes = "x [N, in], w [out, in], bias [out]";
@@ -84,4 +86,4 @@ Tensor<T> linear_activation_forward(const Tensor<T>& x, const Tensor<T>& w, cons
       x, w, bias);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -6,6 +6,8 @@
 // legacy cudnnPooling* calls are deprecated.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/cpu/pool2d.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
@@ -13,7 +15,7 @@
 #include "cutrain/cuda/kernels/pool2d.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 template <class T>
@@ -93,4 +95,4 @@ Tensor<T> global_avg_pool_backward(const Tensor<T>& dy, const Shape& x_shape, La
       dy);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -1,6 +1,8 @@
 // softmax / log_softmax over the last dimension of [N, C], forward and backward: dispatch on device.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/cpu/softmax.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
@@ -8,7 +10,7 @@
 #include "cutrain/cuda/kernels/softmax.hpp"
 #endif
 
-namespace cutrain::ops {
+namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
 template <class T>
@@ -79,4 +81,4 @@ Tensor<T> log_softmax_backward(const Tensor<T>& y, const Tensor<T>& dy) {
       y, dy);
 }
 
-}  // namespace cutrain::ops
+}  // namespace cutrain::inline CUTRAIN_ABI::ops

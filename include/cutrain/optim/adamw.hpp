@@ -4,6 +4,8 @@
 //   w -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,7 +15,7 @@
 #include "cutrain/core/checkpoint.hpp"
 #include "cutrain/optim/optimizer.hpp"
 
-namespace cutrain::optim {
+namespace cutrain::inline CUTRAIN_ABI::optim {
 
 struct AdamWOptions {
   double lr = 1e-3;
@@ -156,4 +158,4 @@ class AdamW : public Optimizer<T> {
   std::vector<State> state_;
 };
 
-}  // namespace cutrain::optim
+}  // namespace cutrain::inline CUTRAIN_ABI::optim

@@ -1,13 +1,15 @@
 // Gradient clipping by the global L2 norm over all parameters, as torch.nn.utils.clip_grad_norm_.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <vector>
 
 #include "cutrain/autograd/var.hpp"
 #include "cutrain/ops/elementwise.hpp"
 
-namespace cutrain::optim {
+namespace cutrain::inline CUTRAIN_ABI::optim {
 
 // Returns the global norm before clipping; when it exceeds max_norm, every gradient is scaled by
 // max_norm / (norm + 1e-6). Gradients are replaced by scaled copies, never changed in place.
@@ -29,4 +31,4 @@ double clip_grad_norm(const std::vector<autograd::Var<T>>& params, double max_no
   return norm;
 }
 
-}  // namespace cutrain::optim
+}  // namespace cutrain::inline CUTRAIN_ABI::optim

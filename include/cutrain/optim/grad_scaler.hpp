@@ -15,6 +15,8 @@
 // a CUDA graph capture (it throws there).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -28,7 +30,7 @@
 #include "cutrain/cuda/kernels/optim.hpp"
 #endif
 
-namespace cutrain::optim {
+namespace cutrain::inline CUTRAIN_ABI::optim {
 
 struct GradScalerOptions {
   double init_scale = 65536.0;
@@ -166,4 +168,4 @@ class GradScaler {
   bool found_inf_ = false;
 };
 
-}  // namespace cutrain::optim
+}  // namespace cutrain::inline CUTRAIN_ABI::optim

@@ -3,6 +3,8 @@
 // the fused kernels of cuda/kernels/optim.hpp for cuda ones (f32 parameters).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <concepts>
 #include <optional>
@@ -19,7 +21,7 @@
 #include "cutrain/cuda/kernels/optim.hpp"
 #endif
 
-namespace cutrain::optim {
+namespace cutrain::inline CUTRAIN_ABI::optim {
 
 template <class T>
 class Optimizer {
@@ -162,7 +164,7 @@ class Optimizer {
   double lr_;
 };
 
-}  // namespace cutrain::optim
+}  // namespace cutrain::inline CUTRAIN_ABI::optim
 
 #include "cutrain/optim/adamw.hpp"
 #include "cutrain/optim/sgd.hpp"

@@ -2,6 +2,8 @@
 // opt.step(). Steps count from 0.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,7 +11,7 @@
 
 #include "cutrain/core/error.hpp"
 
-namespace cutrain::optim {
+namespace cutrain::inline CUTRAIN_ABI::optim {
 
 // Linear warm-up from lr / warmup_steps to lr, then cosine decay to min_lr at total_steps (and
 // min_lr after it).
@@ -55,4 +57,4 @@ struct OneCycleSchedule {
   }
 };
 
-}  // namespace cutrain::optim
+}  // namespace cutrain::inline CUTRAIN_ABI::optim

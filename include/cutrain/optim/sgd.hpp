@@ -5,6 +5,8 @@
 //   w -= lr * g
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <string>
 #include <utility>
@@ -13,7 +15,7 @@
 #include "cutrain/core/checkpoint.hpp"
 #include "cutrain/optim/optimizer.hpp"
 
-namespace cutrain::optim {
+namespace cutrain::inline CUTRAIN_ABI::optim {
 
 struct SGDOptions {
   double lr = 0.01;
@@ -121,4 +123,4 @@ class SGD : public Optimizer<T> {
   std::vector<Tensor<T>> buffers_;
 };
 
-}  // namespace cutrain::optim
+}  // namespace cutrain::inline CUTRAIN_ABI::optim

@@ -4,6 +4,8 @@
 // backward in ops/.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <memory>
 #include <string_view>
 #include <utility>
@@ -16,7 +18,7 @@
 #include "cutrain/ops/flatten.hpp"
 #include "cutrain/ops/pool2d.hpp"
 
-namespace cutrain::autograd {
+namespace cutrain::inline CUTRAIN_ABI::autograd {
 
 // ---- convolution -------------------------------------------------------------------------
 
@@ -183,4 +185,4 @@ Var<T> flatten(const Var<T>& x) {
   return detail::finish<T>(std::move(y), fn, {&x});
 }
 
-}  // namespace cutrain::autograd
+}  // namespace cutrain::inline CUTRAIN_ABI::autograd

@@ -3,6 +3,8 @@
 // for mixed precision, whose backward sends the gradient back converted to the input's type.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -16,7 +18,7 @@
 #include "cutrain/ops/dropout.hpp"
 #include "cutrain/ops/elementwise.hpp"
 
-namespace cutrain::autograd {
+namespace cutrain::inline CUTRAIN_ABI::autograd {
 
 // ---- elementwise -------------------------------------------------------------------------
 
@@ -156,4 +158,4 @@ Var<U> cast(const Var<T>& x) {
   }
 }
 
-}  // namespace cutrain::autograd
+}  // namespace cutrain::inline CUTRAIN_ABI::autograd

@@ -3,6 +3,8 @@
 // against int32 labels. Each is a Node whose backward calls the op's own backward in ops/.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -15,7 +17,7 @@
 #include "cutrain/ops/cross_entropy.hpp"
 #include "cutrain/ops/linear.hpp"
 
-namespace cutrain::autograd {
+namespace cutrain::inline CUTRAIN_ABI::autograd {
 
 // ---- linear ------------------------------------------------------------------------------
 
@@ -102,4 +104,4 @@ Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& labels, c
   return detail::finish<T>(std::move(y), fn, {&logits});
 }
 
-}  // namespace cutrain::autograd
+}  // namespace cutrain::inline CUTRAIN_ABI::autograd

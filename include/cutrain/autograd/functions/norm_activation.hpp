@@ -4,6 +4,8 @@
 // whose backward calls the op's own backward in ops/, except batch norm's eval mode (on the host).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -18,7 +20,7 @@
 #include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/layer_norm.hpp"
 
-namespace cutrain::autograd {
+namespace cutrain::inline CUTRAIN_ABI::autograd {
 
 // ---- activations -------------------------------------------------------------------------
 
@@ -216,4 +218,4 @@ Var<T> layer_norm(const Var<T>& x, const Var<T>& gamma, const Var<T>& beta, doub
   return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});
 }
 
-}  // namespace cutrain::autograd
+}  // namespace cutrain::inline CUTRAIN_ABI::autograd

@@ -4,6 +4,8 @@
 // op's output alone (detail::require_grad_safe_activation).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <initializer_list>
 #include <memory>
 #include <string_view>
@@ -12,7 +14,7 @@
 #include "cutrain/autograd/var.hpp"
 #include "cutrain/core/params/activation.hpp"
 
-namespace cutrain::autograd {
+namespace cutrain::inline CUTRAIN_ABI::autograd {
 
 namespace detail {
 inline bool records(std::initializer_list<bool> requires_grad) {
@@ -42,4 +44,4 @@ inline void require_grad_safe_activation(std::string_view op, const ActivationPa
 }
 }  // namespace detail
 
-}  // namespace cutrain::autograd
+}  // namespace cutrain::inline CUTRAIN_ABI::autograd

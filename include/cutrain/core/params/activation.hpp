@@ -1,10 +1,12 @@
 // The activation functions cutrain knows, shared by the CPU and CUDA backends and fused epilogues.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <ostream>
 #include <string_view>
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 enum class Activation { identity, relu, leaky_relu, elu, sigmoid, tanh, gelu_erf, gelu_tanh, silu };
 
@@ -29,4 +31,4 @@ struct ActivationParams {
   double alpha = 0.01;  // negative slope of leaky_relu; alpha of elu (set 1.0 for the usual elu)
 };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

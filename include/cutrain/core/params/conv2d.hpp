@@ -2,6 +2,8 @@
 // Semantics are PyTorch's conv2d (cross-correlation), with padding allowed to differ per side.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <ostream>
@@ -10,7 +12,7 @@
 #include "cutrain/core/error.hpp"
 #include "cutrain/core/shape.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1;
@@ -80,4 +82,4 @@ inline Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dPar
   return Shape{x[0], K, ho, wo};
 }
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

@@ -1,10 +1,12 @@
 // Loss parameters shared by the CPU and CUDA backends.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <ostream>
 #include <string_view>
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 // How per-sample losses become one scalar.
 enum class Reduction { mean, sum };
@@ -24,4 +26,4 @@ struct CrossEntropyParams {
   double label_smoothing = 0.0;
 };
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

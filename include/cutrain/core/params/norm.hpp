@@ -2,6 +2,8 @@
 // shared by the CPU and CUDA backends.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cmath>
 #include <ostream>
 #include <string_view>
@@ -9,7 +11,7 @@
 #include "cutrain/core/error.hpp"
 #include "cutrain/core/tensor.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 // PyTorch's and cuDNN's meaning: running = (1 - momentum) * running + momentum * batch_stat.
 struct BatchNormParams {
@@ -58,4 +60,4 @@ inline void norm_check_momentum(std::string_view op, double momentum) {
 }
 }  // namespace detail
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

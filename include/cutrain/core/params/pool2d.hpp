@@ -2,6 +2,8 @@
 // Semantics follow PyTorch's max_pool2d / avg_pool2d, with padding allowed to differ per side.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstdint>
 #include <ostream>
 #include <string_view>
@@ -9,7 +11,7 @@
 #include "cutrain/core/error.hpp"
 #include "cutrain/core/shape.hpp"
 
-namespace cutrain {
+namespace cutrain::inline CUTRAIN_ABI {
 
 enum class PoolMode { max, average };
 
@@ -95,4 +97,4 @@ inline Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p, std::str
   return Shape{x[0], x[1], oh, ow};
 }
 
-}  // namespace cutrain
+}  // namespace cutrain::inline CUTRAIN_ABI

@@ -7,6 +7,8 @@
 // and an empty cache, and no call here fails a run because of it.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -33,7 +35,7 @@
 #include "cutrain/core/files.hpp"
 #include "cutrain/core/json.hpp"
 
-namespace cutrain::cuda::autotune {
+namespace cutrain::inline CUTRAIN_ABI::cuda::autotune {
 
 // What makes a timing valid only on this machine: a choice tuned on another GPU, or with other
 // cuDNN / cudnn-frontend versions, may be slow or no longer exist.
@@ -555,7 +557,7 @@ inline Cache& global_cache() {
   return cache;
 }
 
-}  // namespace cutrain::cuda::autotune
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::autotune
 
 template <>
 struct std::hash<cutrain::cuda::autotune::Key> {

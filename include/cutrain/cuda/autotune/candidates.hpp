@@ -7,6 +7,8 @@
 // Configs with equal names are the same plan and are tried once, at their first place.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-namespace cutrain::cuda::autotune {
+namespace cutrain::inline CUTRAIN_ABI::cuda::autotune {
 
 class CandidateOrder {
  public:
@@ -105,4 +107,4 @@ class CandidateOrder {
   std::size_t next_ = 0;
 };
 
-}  // namespace cutrain::cuda::autotune
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::autotune

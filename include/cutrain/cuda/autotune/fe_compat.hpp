@@ -5,6 +5,8 @@
 // fails to compile here until each piece has been checked against it.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cudnn_frontend.h>
 
 #include <algorithm>
@@ -25,7 +27,7 @@ static_assert(CUDNN_FRONTEND_VERSION == CUTRAIN_CUDNN_FRONTEND_TESTED,
               "cutrain/cuda/autotune/fe_compat.hpp reads cudnn-frontend internals checked against 1.32.0 only: "
               "check each of them against this version, then update CUTRAIN_CUDNN_FRONTEND_TESTED and scripts/setup");
 
-namespace cutrain::cuda::autotune::detail {
+namespace cutrain::inline CUTRAIN_ABI::cuda::autotune::detail {
 
 using cutrain::detail::cat;
 namespace fe = cudnn_frontend;
@@ -161,4 +163,4 @@ inline bool deselected(fe::error_t status) {
   return status.get_message().find("Deselecting execution plan") != std::string::npos;
 }
 
-}  // namespace cutrain::cuda::autotune::detail
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::autotune::detail

@@ -2,6 +2,8 @@
 // result, the cache it reads and writes, and the environment a timing is valid for.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -23,7 +25,7 @@
 #include "cutrain/cuda/autotune/fe_compat.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda::autotune {
+namespace cutrain::inline CUTRAIN_ABI::cuda::autotune {
 
 // heuristic: cuDNN's first choice, nothing timed. benchmark: time the candidates, keep the
 // fastest (and write it to the cache). cached: take the cache's entry; on a miss, benchmark and
@@ -280,4 +282,4 @@ inline void store_choice(const Key& key, const Choice& choice, std::string_view 
 
 }  // namespace detail
 
-}  // namespace cutrain::cuda::autotune
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::autotune

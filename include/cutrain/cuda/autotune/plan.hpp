@@ -3,6 +3,8 @@
 // builds the baseline, the heuristics' first choice that the tuning times the others against.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cudnn_frontend.h>
 
 #include <chrono>
@@ -15,7 +17,7 @@
 #include "cutrain/cuda/autotune/fe_compat.hpp"
 #include "cutrain/cuda/autotune/options.hpp"
 
-namespace cutrain::cuda::autotune::detail {
+namespace cutrain::inline CUTRAIN_ABI::cuda::autotune::detail {
 
 using cutrain::cuda::detail::micros_since;
 
@@ -163,4 +165,4 @@ inline void plan(fe::graph::Graph& g, Request& r, std::string_view op, bool stri
   }
 }
 
-}  // namespace cutrain::cuda::autotune::detail
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::autotune::detail

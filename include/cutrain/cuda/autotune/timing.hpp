@@ -3,6 +3,8 @@
 // finals timed in turns. Used for cuDNN plans and cuBLASLt algorithms alike.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cudnn_frontend.h>
 
 #include <algorithm>
@@ -20,7 +22,7 @@
 #include "cutrain/cuda/autotune/fe_compat.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda::autotune::detail {
+namespace cutrain::inline CUTRAIN_ABI::cuda::autotune::detail {
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -285,4 +287,4 @@ inline LastTuned& last_tuned() {
   return t;
 }
 
-}  // namespace cutrain::cuda::autotune::detail
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::autotune::detail

@@ -10,6 +10,8 @@
 // Executing a built graph afterwards costs what it did before: one launch.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cudnn_frontend.h>
 
 #include <algorithm>
@@ -31,7 +33,7 @@
 #include "cutrain/cuda/autotune/plan.hpp"
 #include "cutrain/cuda/autotune/timing.hpp"
 
-namespace cutrain::cuda::autotune {
+namespace cutrain::inline CUTRAIN_ABI::cuda::autotune {
 
 namespace detail {
 
@@ -385,4 +387,4 @@ class Planner {
   std::optional<Result> result_;
 };
 
-}  // namespace cutrain::cuda::autotune
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::autotune

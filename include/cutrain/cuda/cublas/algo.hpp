@@ -7,6 +7,8 @@
 // heuristic tables ahead of the first matmul.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -25,7 +27,7 @@
 #include "cutrain/cuda/cublas/matmul_desc.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda::cublas {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cublas {
 
 namespace detail {
 
@@ -231,4 +233,4 @@ inline MatmulPlan& cached_plan(int device, const MatmulSpec& s, const void* bias
 // or looks up, its algorithm again (as cudnn::clear_graph_cache does for cuDNN's graphs).
 inline void clear_plan_cache() { detail::plan_cache().clear(); }
 
-}  // namespace cutrain::cuda::cublas
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cublas

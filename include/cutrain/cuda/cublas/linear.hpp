@@ -10,6 +10,8 @@
 // the autotuner's) and the per-thread plan cache in algo.hpp.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -28,7 +30,7 @@
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda::cublas {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cublas {
 
 namespace detail {
 
@@ -282,4 +284,4 @@ void linear_backward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& dy
   if (has_bias && !bias_done) bias_grad_by_matmul(dys, row_stride(dys), db, dev.index, op);
 }
 
-}  // namespace cutrain::cuda::cublas
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cublas

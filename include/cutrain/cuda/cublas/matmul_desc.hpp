@@ -6,6 +6,8 @@
 // caching the algorithm are in algo.hpp; the linear ops on top of them in linear.hpp.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -22,7 +24,7 @@
 #include "cutrain/cuda/math_options.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda::cublas {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cublas {
 
 namespace detail {
 
@@ -229,4 +231,4 @@ MatmulSpec spec_for(std::string_view what, cublasLtEpilogue_t epilogue) {
 
 }  // namespace detail
 
-}  // namespace cutrain::cuda::cublas
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cublas

@@ -2,10 +2,12 @@
 // (dx = dy * act'(x), cuDNN's *_BWD modes, which take dy and x). Same semantics as cpu/activation.hpp.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/core/params/activation.hpp"
 #include "cutrain/cuda/cudnn/plan_store.hpp"
 
-namespace cutrain::cuda::cudnn {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
 namespace detail {
 // The pointwise node for an activation, forward or backward, with its parameters.
@@ -100,4 +102,4 @@ void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Activati
   else execute(*bg, dev, {x.data(), dy.data(), dx.data()}, op);
 }
 
-}  // namespace cutrain::cuda::cudnn
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

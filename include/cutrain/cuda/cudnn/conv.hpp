@@ -2,11 +2,13 @@
 // filter, with the semantics of cpu/conv2d.hpp.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/cuda/cudnn/activation.hpp"
 #include "cutrain/cuda/cudnn/plan_store.hpp"
 
-namespace cutrain::cuda::cudnn {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
 namespace detail {
 template <class T>
@@ -167,4 +169,4 @@ void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2
   execute(*bg, dev, {dy.data(), x.data(), dw.data()}, op);
 }
 
-}  // namespace cutrain::cuda::cudnn
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

@@ -3,6 +3,8 @@
 // plans a graph with the planner it is given. cudnn/plan_store.hpp keeps the built graphs.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cudnn_frontend.h>
 
 #include <cstdint>
@@ -28,7 +30,7 @@
       throw ::cutrain::CudnnError((op), (context), cutrain_fe_status_.get_message()); \
   } while (0)
 
-namespace cutrain::cuda::cudnn {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
 template <class T> struct fe_type;
 template <> struct fe_type<float> { static constexpr auto value = fe::DataType_t::FLOAT; };
@@ -116,4 +118,4 @@ std::pair<Shape, Strides> elementwise_view(const Tensor<T>& t) {
   return {Shape{1, c, n / c, 1}, Strides{n, 1, c, c}};
 }
 
-}  // namespace cutrain::cuda::cudnn
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

@@ -4,6 +4,8 @@
 // signature, as plan files, the tuning cache and reports show it) is made only when it is built.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -15,7 +17,7 @@
 #include "cutrain/core/shape.hpp"
 #include "cutrain/cuda/autotune/options.hpp"
 
-namespace cutrain::cuda::cudnn {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
 enum class GraphOp : std::uint8_t {
   conv_fprop,
@@ -96,4 +98,4 @@ struct GraphKeyHash {
   std::size_t operator()(const GraphKey& k) const { return k.hash(); }
 };
 
-}  // namespace cutrain::cuda::cudnn
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

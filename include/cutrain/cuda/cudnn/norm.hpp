@@ -6,11 +6,13 @@
 // the H200 (any layout or dtype), so it is an NVRTC kernel (cuda/kernels/batch_norm_inference.hpp).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include "cutrain/core/params/norm.hpp"
 #include "cutrain/cuda/cudnn/activation.hpp"
 #include "cutrain/cuda/cudnn/plan_store.hpp"
 
-namespace cutrain::cuda::cudnn {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
 namespace detail {
 // A [C] vector as the [1, C, 1, 1] tensor the normalization nodes broadcast.
@@ -212,4 +214,4 @@ void layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<f
           {x.data(), dy.data(), gamma.data(), mean.data(), inv_std.data(), dx.data(), dgamma.data(), dbeta.data()}, op);
 }
 
-}  // namespace cutrain::cuda::cudnn
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

@@ -2,6 +2,8 @@
 // background threads. cudnn/graph.hpp builds and runs graphs; this file is what they leave behind.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cudnn_frontend.h>
 
 #include <atomic>
@@ -27,7 +29,7 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda::cudnn {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
 // ---- Built plans on disk ----------------------------------------------------------------------
 // cuDNN compiles the kernels of runtime-fused engines (batch norm, pointwise graphs, some fused
@@ -300,4 +302,4 @@ inline std::optional<BuiltGraph> take_warm(int device, const std::string& graph_
 }
 }  // namespace detail
 
-}  // namespace cutrain::cuda::cudnn
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

@@ -13,6 +13,8 @@
 // cannot build is remembered, so that asking again fails at once.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,7 +30,7 @@
 #include "cutrain/cuda/cudnn/plan_files.hpp"
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda::cudnn {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
 // Graphs this process built (each signature's first use on each thread) and the wall time the
 // builds took, plan choice and tuning included. For reports; never affects behaviour.
@@ -185,4 +187,4 @@ inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void
   }
 }
 
-}  // namespace cutrain::cuda::cudnn
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

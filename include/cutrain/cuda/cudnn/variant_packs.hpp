@@ -6,6 +6,8 @@
 // sets it ran with, and a repeated set goes straight to cudnnBackendExecute.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <cudnn_frontend.h>
 
 #include <array>
@@ -17,7 +19,7 @@
 
 #include "cutrain/cuda/runtime.hpp"
 
-namespace cutrain::cuda::cudnn {
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
 namespace fe = cudnn_frontend;
 
@@ -162,4 +164,4 @@ class VariantPacks {
   std::size_t next_ = 0;
 };
 
-}  // namespace cutrain::cuda::cudnn
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

@@ -4,6 +4,8 @@
 // cuDNN 9.19 had no engine for it on the H200 except f32 NHWC (ops/conv2d.hpp).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -14,7 +16,7 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"  // programs::bias_grad, the kernels of bias_grad.cuh
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 namespace detail {
 template <GpuFloat T>
@@ -57,4 +59,4 @@ void bias_grad(const Tensor<T>& dy, Tensor<T>& db) {
   launch(function(dev, prog, "cutrain_bias_grad_finish"), grid_for(K), 256, op, partial, K, S, db.data());
 }
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

@@ -6,6 +6,8 @@
 // include it.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -13,7 +15,7 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"  // programs::copy, the kernels of copy.cuh
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 namespace detail {
 // StridedCopy::Dims goes to the kernel as its cutrain_copy_args: three arrays of 8 long long, then
@@ -47,4 +49,4 @@ inline void strided_copy(const cutrain::detail::StridedCopy& c) {
 inline const bool strided_copy_installed = (cutrain::detail::device_backend_slot().strided_copy = &strided_copy, true);
 }  // namespace detail
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

@@ -5,6 +5,8 @@
 // row losses in a fixed order in f64 (deterministic).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -16,7 +18,7 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"  // programs::cross_entropy, the kernels of cross_entropy.cuh
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 namespace detail {
 template <GpuFloat T>
@@ -99,4 +101,4 @@ void cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int32_t>&
   cross_entropy(logits, labels, p, 1.0, static_cast<Tensor<T>*>(nullptr), &dlogits, &dloss);
 }
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

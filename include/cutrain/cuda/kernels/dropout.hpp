@@ -3,6 +3,8 @@
 // the kernel reproduces core/random.hpp's splitmix64 generator bit for bit.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -15,7 +17,7 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"  // programs::dropout, the kernels of dropout.cuh
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 namespace detail {
 template <GpuFloat T>
@@ -56,4 +58,4 @@ void dropout_backward(const Tensor<T>& dy, const Tensor<T>& mask, Tensor<T>& dx)
   detail::elementwise_binary("cuda::kernels::dropout_backward", "cutrain_multiply", dy, mask, dx);
 }
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

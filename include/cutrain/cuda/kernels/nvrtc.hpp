@@ -6,6 +6,8 @@
 // GPU and no CUTRAIN_WITH_CUDA. The load-and-launch half needs CUTRAIN_WITH_CUDA.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <nvrtc.h>
 #include <unistd.h>
 
@@ -40,7 +42,7 @@
 #include "cutrain/cuda/runtime.hpp"
 #endif
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 // ---------------------------------------------------------------------------------------------
 // Compiling (no GPU needed)
@@ -498,7 +500,7 @@ void require_output(std::string_view op, const Tensor<T>& t, const Shape& shape,
 }  // namespace detail
 #endif  // CUTRAIN_WITH_CUDA
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels
 
 // Installs the device path of Tensor::copy_from wherever a kernel header is included.
 #ifdef CUTRAIN_WITH_CUDA

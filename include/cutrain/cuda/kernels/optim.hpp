@@ -3,6 +3,8 @@
 // The optim/ layer drives them; these are the per-tensor steps.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -14,7 +16,7 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"  // programs::optim, the kernels of optim.cuh
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 // g = grad + weight_decay * w; with momentum, buf = momentum * buf + (1 - dampening) * g (buf = g
 // on the first step) and g = buf, or g + momentum * buf with nesterov; then w -= lr * g.
@@ -142,4 +144,4 @@ void unscale_check(Tensor<G>& g, double inv_scale, int* found_inf) {
          static_cast<float>(inv_scale), found_inf);
 }
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

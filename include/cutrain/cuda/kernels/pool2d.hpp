@@ -14,6 +14,8 @@
 // Windows that tile the input (2x2 stride 2 on even sizes) take a one-pass kernel instead.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -29,7 +31,7 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"  // programs::pool2d, the kernels of pool2d.cuh
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 namespace detail {
 template <GpuFloat T>
@@ -292,4 +294,4 @@ void global_avg_pool_backward(const Tensor<T>& dy, Tensor<T>& dx) {
   detail::global_avg_pool_backward_plan(dy, dx, detail::pool2d_launcher<T>(dev, op));
 }
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

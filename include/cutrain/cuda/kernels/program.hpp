@@ -11,6 +11,8 @@
 // (scripts/embed-kernels writes them; a CPU test fails when one is stale).
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,7 +21,7 @@
 #include "cutrain/core/dtype.hpp"
 #include "cutrain/cuda/kernels/prelude_cuh.hpp"
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 // One NVRTC program: a name that is unique per source text (it keys the loaded-module map and
 // names the cache file), the full CUDA C++ text, and the extern "C" kernels it defines.
@@ -64,4 +66,4 @@ inline Program make_program(std::string_view name, std::string_view body,
   return p;
 }
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

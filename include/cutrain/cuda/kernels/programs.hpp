@@ -3,6 +3,8 @@
 // the CUDA backend can load. Needs no CUDA headers: the NVRTC compile test builds all_programs().
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #include <string_view>
 #include <vector>
 
@@ -18,7 +20,7 @@
 #include "cutrain/cuda/kernels/program.hpp"
 #include "cutrain/cuda/kernels/softmax_cuh.hpp"
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 // The arguments are device type names (device_type<T>).
 namespace programs {
@@ -127,4 +129,4 @@ inline std::vector<Program> all_programs() {
   return all;
 }
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

@@ -5,6 +5,8 @@
 // (deterministic), outputs rounded once to T.
 #pragma once
 
+#include "cutrain/core/abi.hpp"
+
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
 #endif
@@ -15,7 +17,7 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"  // programs::softmax, the kernels of softmax.cuh
 
-namespace cutrain::cuda::kernels {
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 namespace detail {
 template <GpuFloat T>
@@ -99,4 +101,4 @@ void log_softmax_backward(const Tensor<T>& y, const Tensor<T>& dy, Tensor<T>& dx
   detail::softmax_rows_backward("cuda::kernels::log_softmax_backward", "cutrain_log_softmax_backward", y, dy, dx);
 }
 
-}  // namespace cutrain::cuda::kernels
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels
