@@ -16,4 +16,5 @@
 #include "cutrain/ops/layer_norm.hpp"
 #include "cutrain/ops/linear.hpp"
 #include "cutrain/ops/pool2d.hpp"
+#include "cutrain/ops/reduce.hpp"
 #include "cutrain/ops/softmax.hpp"

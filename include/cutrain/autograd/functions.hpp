@@ -11,4 +11,5 @@
 #include "cutrain/autograd/functions/linear_loss.hpp"
 #include "cutrain/autograd/functions/norm_activation.hpp"
 #include "cutrain/autograd/functions/record.hpp"
+#include "cutrain/autograd/functions/reduce.hpp"
 #include "cutrain/autograd/var.hpp"

@@ -18,6 +18,7 @@
 #include "cutrain/cuda/kernels/optim_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_cuh.hpp"
 #include "cutrain/cuda/kernels/program.hpp"
+#include "cutrain/cuda/kernels/reduce_cuh.hpp"
 #include "cutrain/cuda/kernels/softmax_cuh.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
@@ -110,6 +111,15 @@ inline Program softmax(std::string_view t) {
                        "cutrain_log_softmax_backward"});
 }
 
+// Reductions over any set of axes of a strided tensor (rank <= 8), forward (one block per output,
+// f32 accumulation in a fixed order) and backward (one thread per input element).
+inline Program reduce(std::string_view t) {
+  return make_program("reduce", source::reduce, {{"T", t}},
+                      {"cutrain_reduce_sum", "cutrain_reduce_sum_f32", "cutrain_reduce_var", "cutrain_reduce_norm",
+                       "cutrain_reduce_arg", "cutrain_reduce_sum_backward", "cutrain_reduce_arg_backward",
+                       "cutrain_reduce_var_backward", "cutrain_reduce_norm_backward"});
+}
+
 }  // namespace programs
 
 // Every instantiation the CUDA backend can load: what the NVRTC compile test builds.
@@ -124,6 +134,7 @@ inline std::vector<Program> all_programs() {
     all.push_back(programs::pool2d(t));
     all.push_back(programs::batch_norm_inference(t));
     all.push_back(programs::softmax(t));
+    all.push_back(programs::reduce(t));
     for (std::string_view u : device_types) all.push_back(programs::cast(t, u));
   }
   return all;
