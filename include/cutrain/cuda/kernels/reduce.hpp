@@ -133,7 +133,7 @@ void launch_backward(std::string_view op, std::string_view kernel, const ReduceP
 template <GpuFloat T>
 void reduce_sum(const Tensor<T>& x, const ReducePlan& p, double scale, Tensor<T>& y) {
   constexpr std::string_view op = "cuda::kernels::reduce_sum";
-  require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, x, "x");
   detail::require_reduce_output(op, y, p, x.device(), "y");
   const T* xd = x.data();
   T* yd = y.data();
@@ -144,7 +144,7 @@ void reduce_sum(const Tensor<T>& x, const ReducePlan& p, double scale, Tensor<T>
 template <GpuFloat T>
 void reduce_arg(const Tensor<T>& x, const ReducePlan& p, bool is_max, Tensor<T>& values, Tensor<std::int32_t>& indices) {
   constexpr std::string_view op = "cuda::kernels::reduce_arg";
-  require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, x, "x");
   CUTRAIN_REQUIRE(p.n_red > 0 || p.n_out == 0, InvalidArgument, op, "no elements to compare in x ", x.describe());
   detail::require_reduce_output(op, values, p, x.device(), "values");
   detail::require_reduce_output(op, indices, p, x.device(), "indices");
@@ -158,7 +158,7 @@ void reduce_arg(const Tensor<T>& x, const ReducePlan& p, bool is_max, Tensor<T>&
 template <GpuFloat T>
 void reduce_var(const Tensor<T>& x, const ReducePlan& p, double correction, Tensor<T>& y) {
   constexpr std::string_view op = "cuda::kernels::reduce_var";
-  require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, x, "x");
   CUTRAIN_REQUIRE(static_cast<double>(p.n_red) - correction > 0 || p.n_out == 0, InvalidArgument, op,
                   "needs more than correction ", correction, " elements per output, got ", p.n_red);
   detail::require_reduce_output(op, y, p, x.device(), "y");
@@ -173,7 +173,7 @@ void reduce_var(const Tensor<T>& x, const ReducePlan& p, double correction, Tens
 template <GpuFloat T>
 void reduce_norm(const Tensor<T>& x, const ReducePlan& p, double pn, Tensor<T>& y) {
   constexpr std::string_view op = "cuda::kernels::reduce_norm";
-  require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, x, "x");
   detail::require_reduce_output(op, y, p, x.device(), "y");
   const T* xd = x.data();
   T* yd = y.data();
@@ -184,7 +184,7 @@ void reduce_norm(const Tensor<T>& x, const ReducePlan& p, double pn, Tensor<T>& 
 template <GpuFloat T>
 void reduce_sum_backward(const Tensor<T>& dy, const ReducePlan& p, double scale, Tensor<T>& dx) {
   constexpr std::string_view op = "cuda::kernels::reduce_sum_backward";
-  require_cuda_input(op, dy, "dy");
+  detail::require_cuda_input(op, dy, "dy");
   detail::require_grad_output(op, dx, p, dy.device());
   const auto a = detail::grad_args(p, dx.strides(), dy.strides(), dy.strides());
   const T* dyd = dy.data();
@@ -196,8 +196,8 @@ void reduce_sum_backward(const Tensor<T>& dy, const ReducePlan& p, double scale,
 template <GpuFloat T>
 void reduce_arg_backward(const Tensor<T>& dy, const Tensor<std::int32_t>& indices, const ReducePlan& p, Tensor<T>& dx) {
   constexpr std::string_view op = "cuda::kernels::reduce_arg_backward";
-  require_cuda_input(op, dy, "dy");
-  require_cuda_input(op, indices, "indices");
+  detail::require_cuda_input(op, dy, "dy");
+  detail::require_cuda_input(op, indices, "indices");
   detail::require_grad_output(op, dx, p, dy.device());
   const auto a = detail::grad_args(p, dx.strides(), dy.strides(), indices.strides());
   const T* dyd = dy.data();
@@ -210,8 +210,8 @@ void reduce_arg_backward(const Tensor<T>& dy, const Tensor<std::int32_t>& indice
 template <GpuFloat T>
 void reduce_var_backward(const Tensor<T>& x, const Tensor<T>& dy, const ReducePlan& p, double correction, Tensor<T>& dx) {
   constexpr std::string_view op = "cuda::kernels::reduce_var_backward";
-  require_cuda_input(op, x, "x");
-  require_cuda_input(op, dy, "dy");
+  detail::require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, dy, "dy");
   detail::require_grad_output(op, dx, p, x.device());
   if (p.in_shape.numel() == 0) return;
   const double n = static_cast<double>(p.n_red);
@@ -236,9 +236,9 @@ template <GpuFloat T>
 void reduce_norm_backward(const Tensor<T>& x, const Tensor<T>& y, const Tensor<T>& dy, const ReducePlan& p, double pn,
                           Tensor<T>& dx) {
   constexpr std::string_view op = "cuda::kernels::reduce_norm_backward";
-  require_cuda_input(op, x, "x");
-  require_cuda_input(op, y, "y");
-  require_cuda_input(op, dy, "dy");
+  detail::require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, y, "y");
+  detail::require_cuda_input(op, dy, "dy");
   detail::require_grad_output(op, dx, p, x.device());
   const auto a = detail::grad_args(p, x.strides(), dy.strides(), y.strides());
   const T* xd = x.data();
