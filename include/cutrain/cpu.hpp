@@ -5,6 +5,7 @@
 #include "cutrain/version.hpp"
 #include "cutrain/core/cast.hpp"
 #include "cutrain/core/tensor.hpp"
+#include "cutrain/core/view.hpp"
 #include "cutrain/data/idx.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/batch_norm.hpp"
@@ -18,3 +19,4 @@
 #include "cutrain/ops/pool2d.hpp"
 #include "cutrain/ops/reduce.hpp"
 #include "cutrain/ops/softmax.hpp"
+#include "cutrain/ops/sum_to.hpp"

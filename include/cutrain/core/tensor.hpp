@@ -257,6 +257,35 @@ class Tensor {
     t.offset_ = offset_;
     return t;
   }
+  // Contiguous (row-major, nchw or nhwc): a view; else a row-major copy on this tensor's device
+  // (a cuda tensor through the backend's strided-copy kernel, never through the host).
+  Tensor contiguous() const { return is_contiguous() ? view() : copy_to(device(), Layout::row_major); }
+  // A view of the same storage with any shape, strides (in elements, 0 and negative allowed) and
+  // storage offset, checked to stay inside the storage. The general views (core/view.hpp) are
+  // built on it.
+  Tensor as_strided(const Shape& shape, const Strides& strides, std::int64_t offset) const {
+    constexpr std::string_view op = "Tensor::as_strided";
+    CUTRAIN_REQUIRE(defined(), InvalidArgument, op, "the tensor is undefined (default-constructed)");
+    check_shape_valid(op, shape);
+    CUTRAIN_REQUIRE(static_cast<int>(strides.size()) == shape.rank(), InvalidArgument, op, "shape ", shape, " and strides ",
+                    strides_str(strides), " differ in rank");
+    const auto elems = static_cast<std::int64_t>(storage_->bytes() / sizeof(T));
+    std::int64_t lo = offset, hi = offset, n = 1;
+    bool overflow = false;
+    for (int d = 0; d < shape.rank(); ++d) {
+      std::int64_t reach = 0;
+      overflow = overflow || __builtin_mul_overflow(strides[static_cast<std::size_t>(d)], std::max<std::int64_t>(shape[d] - 1, 0), &reach) ||
+                 __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi) || __builtin_mul_overflow(n, shape[d], &n);
+    }
+    CUTRAIN_REQUIRE(!overflow && (n == 0 ? 0 <= offset && offset <= elems : 0 <= lo && hi < elems), InvalidArgument, op,
+                    "shape ", shape, ", strides ", strides_str(strides), " and offset ", offset,
+                    " reach outside the storage of ", elems, " elements under ", describe());
+    Tensor t = view();
+    t.shape_ = shape;
+    t.strides_ = strides;
+    t.offset_ = offset;
+    return t;
+  }
   Tensor reshape(const Shape& shape) const {
     check_shape_valid("Tensor::reshape", shape);
     CUTRAIN_REQUIRE(shape.numel() == numel(), InvalidArgument, "Tensor::reshape", "cannot reshape ", describe(),
