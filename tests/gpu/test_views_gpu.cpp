@@ -1,7 +1,7 @@
 // Views on cuda tensors (core/view.hpp) against the same views of the CPU reference, in f32,
 // bf16 and f16, from NCHW and NHWC inputs: the views stay on the device and share its storage,
 // contiguous() copies them on the device (bit for bit), and the backward of every view through
-// autograd (expand's through the sum_to kernel) matches the CPU's in f64. sum_to itself over
+// autograd (expand's through ops::sum_to) matches the CPU's in f64. sum_to itself over
 // strided inputs, long sums, more outputs than one grid holds, and a scalar target.
 #include "parity.hpp"
 
