@@ -105,6 +105,7 @@ void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
     if (it == pending.end()) continue;  // unreachable: every node in order lies on a path from root
     Tensor<T> dy = std::move(it->second);
     pending.erase(it);
+    n->check_saved_versions();
     std::vector<Tensor<T>> grads = n->backward(dy);
     for (std::size_t i = 0; i < n->inputs.size() && i < grads.size(); ++i) {
       if (!n->needs_grad(i) || !grads[i].defined()) continue;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -66,9 +67,49 @@ class Node {
 
   bool needs_grad(std::size_t i) const { return i < inputs.size() && inputs[i] && inputs[i]->requires_grad; }
 
+  // slot = t, a view sharing t's storage, for backward; the storage's version now is
+  // remembered, so that backward can tell when the tensor was written in place since
+  // (check_saved_versions), as PyTorch's version counters do. what names it in that error.
+  template <class U>
+  void save(Tensor<U>& slot, const Tensor<U>& t, std::string_view what) {
+    slot = t.view();
+    if (!slot.defined()) return;
+    saved_.push_back({&slot, [](const void* p) {
+                        const auto& t = *static_cast<const Tensor<U>*>(p);
+                        return t.defined() ? t.version() : released;
+                      },
+                      
+                      [](const void* p) { return static_cast<const Tensor<U>*>(p)->describe(); }, slot.version(), what});
+  }
+  // Throws when a tensor saved by save() was modified in place after the op saved it: its
+  // gradient would be computed from the new values, silently wrong.
+  void check_saved_versions() const {
+    for (const Saved& s : saved_) {
+      const std::uint64_t now = s.version(s.slot);
+      if (now == s.at_save || now == released) continue;
+      throw InvalidArgument("backward",
+                            cutrain::detail::cat("the tensor ", s.what, " (", s.describe(s.slot), ") that ", name(),
+                                                 " saved for backward was modified in place after it was saved (its "
+                                                 "version is ", now, ", it was ", s.at_save,
+                                                 "): its gradient would be wrong. Modify a clone() instead, or "
+                                                 "modify it after backward()"));
+    }
+  }
+
   // Null entries stand for optional inputs that were not given (a conv without bias).
   std::vector<std::shared_ptr<detail::VarImpl<T>>> inputs;
   bool freed = false;
+
+ private:
+  static constexpr std::uint64_t released = ~std::uint64_t{0};  // release_saved() emptied the slot
+  struct Saved {
+    const void* slot;  // a Tensor<U> member of the node, so its address is stable
+    std::uint64_t (*version)(const void*);
+    std::string (*describe)(const void*);
+    std::uint64_t at_save;
+    std::string_view what;
+  };
+  std::vector<Saved> saved_;
 };
 
 template <class T>
@@ -104,7 +145,8 @@ class Var {
   Device device() const { return value().device(); }
   // The single element of a one-element Var (copied to the host).
   T item() const {
-    CUTRAIN_REQUIRE(value().numel() == 1, InvalidArgument, "Var::item", "needs one element, got ", value().describe());
+    CUTRAIN_REQUIRE(value().defined() && value().numel() == 1, InvalidArgument, "Var::item", "needs one element, got ",
+                    value().describe());
     return value().to_vector()[0];
   }
 

@@ -440,6 +440,11 @@ class Checkpoint {
       if (r.kind != ck::Kind::string && (overflow || len != expect))
         corrupt(detail::cat(rec, " holds ", len, " bytes but its ", tensor ? "dtype and shape need " : "kind needs ",
                             overflow ? std::string("more than 2^64") : std::to_string(expect)));
+      // A zero dim makes the byte count 0 but not the strides: [0, 2^40, 2^40] must be refused
+      // here, where the file is named, not when a tensor is made from it.
+      if (tensor && !shape_fits(Shape(r.dims), ck::dtype_size(r.dtype)))
+        corrupt(detail::cat(rec, " has shape ", Shape(r.dims), ", too large for a ", r.dtype,
+                            " tensor: its byte count overflows int64"));
       r.bytes.resize(static_cast<std::size_t>(len));
       read(r.bytes.data(), len, detail::cat("the data of ", rec));
       out.store(std::move(r));

@@ -115,6 +115,8 @@ class InvalidArgument : public Error { using Error::Error; };
 class DeviceError : public Error { using Error::Error; };
 // A combination that cutrain (or the library under it) does not offer.
 class NotImplemented : public Error { using Error::Error; };
+// An allocation that failed (host memory here; the device backends' own errors say so for theirs).
+class OutOfMemory : public Error { using Error::Error; };
 // I/O and file format problems (data sets, caches, checkpoints).
 class IoError : public Error { using Error::Error; };
 // Failures reported by the NVIDIA libraries.

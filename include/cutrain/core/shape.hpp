@@ -36,11 +36,18 @@ class Shape {
   explicit Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) {}
 
   int rank() const { return static_cast<int>(dims_.size()); }
-  std::int64_t operator[](int i) const { return dims_.at(static_cast<std::size_t>(i)); }
-  std::int64_t& operator[](int i) { return dims_.at(static_cast<std::size_t>(i)); }
+  std::int64_t operator[](int i) const { return dims_[checked(i)]; }
+  std::int64_t& operator[](int i) { return dims_[checked(i)]; }
+  // The product of the dims; a product past int64 throws (check_shape_valid says so earlier,
+  // for every shape a tensor is made with).
   std::int64_t numel() const {
     std::int64_t n = 1;
-    for (auto d : dims_) n *= d;
+    for (auto d : dims_)
+      if (__builtin_mul_overflow(n, d, &n)) {
+        for (auto z : dims_)
+          if (z == 0) return 0;
+        throw InvalidArgument("Shape::numel", detail::cat("the element count of ", str(), " overflows int64"));
+      }
     return n;
   }
   const std::vector<std::int64_t>& dims() const { return dims_; }
@@ -59,6 +66,11 @@ class Shape {
   }
 
  private:
+  std::size_t checked(int i) const {
+    CUTRAIN_REQUIRE(i >= 0 && i < rank(), InvalidArgument, "Shape", "dim ", i, " out of range for shape ", str(),
+                    " of rank ", rank());
+    return static_cast<std::size_t>(i);
+  }
   std::vector<std::int64_t> dims_;
 };
 
@@ -102,9 +114,28 @@ inline Layout layout_of(const Shape& shape, const Strides& strides) {
   return Layout::strided;
 }
 
-inline void check_shape_valid(std::string_view op, const Shape& s) {
+// Every dim non-negative, and the bytes of a tensor of this shape (elem_bytes each) and every
+// contiguous stride countable in int64: the product of the non-zero dims times elem_bytes must
+// fit, so that a zero dim cannot hide an overflowing stride ([0, 2^40, 2^40]).
+inline bool shape_fits(const Shape& s, std::size_t elem_bytes = 1) {
+  std::int64_t n = static_cast<std::int64_t>(elem_bytes);
+  for (auto d : s)
+    if (d < 0 || (d != 0 && __builtin_mul_overflow(n, d, &n))) return false;
+  return true;
+}
+inline void check_shape_valid(std::string_view op, const Shape& s, std::size_t elem_bytes = 1) {
   for (auto d : s)
     CUTRAIN_REQUIRE(d >= 0, InvalidArgument, op, "shape ", s, " has a negative dimension");
+  CUTRAIN_REQUIRE(shape_fits(s, elem_bytes), InvalidArgument, op, "shape ", s,
+                  elem_bytes > 1 ? detail::cat(" of ", elem_bytes, "-byte elements") : std::string(),
+                  " is too large: its ", elem_bytes > 1 ? "byte" : "element", " count overflows int64");
+}
+
+// The element count of s, after check_shape_valid(op, s, elem_bytes): for output shapes that
+// ops compute from their parameters (pooling, flatten, linear), so the error names the op.
+inline std::int64_t checked_numel(std::string_view op, const Shape& s, std::size_t elem_bytes = 1) {
+  check_shape_valid(op, s, elem_bytes);
+  return s.numel();
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI

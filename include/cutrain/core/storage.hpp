@@ -25,7 +25,11 @@ class Storage {
   Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
     if (bytes == 0) return;
     if (device.is_cpu()) {
-      ptr_ = ::operator new(bytes, std::align_val_t{64});
+      try {
+        ptr_ = ::operator new(bytes, std::align_val_t{64});
+      } catch (const std::bad_alloc&) {
+        throw OutOfMemory("Storage", detail::cat("cannot allocate ", bytes, " bytes of host memory"));
+      }
       std::memset(ptr_, 0, bytes);
       return;
     }
@@ -47,6 +51,9 @@ class Storage {
   void* data() const { return ptr_; }
   std::size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // How many in-place writes the tensors over this storage have had (Tensor::version).
+  std::uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
 
  private:
   void take(Storage& o) noexcept {
@@ -54,6 +61,7 @@ class Storage {
     bytes_ = std::exchange(o.bytes_, 0);
     device_ = o.device_;
     block_ = std::exchange(o.block_, {});
+    version_ = std::exchange(o.version_, 0);
   }
 
   void release() noexcept {
@@ -70,7 +78,8 @@ class Storage {
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
   Device device_{};
-  detail::DeviceBlock block_{};  // a device storage's block: it goes back to the free list it came from
+  detail::DeviceBlock block_{};
+  std::uint64_t version_ = 0;  // a device storage's block: it goes back to the free list it came from
 };
 
 // Sets bytes to zero on any device.

@@ -104,6 +104,7 @@ class Tensor {
     return t;
   }
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions opts = {}) {
+    check_shape_valid("Tensor::from_vector", shape, sizeof(T));
     CUTRAIN_REQUIRE(static_cast<std::int64_t>(values.size()) == shape.numel(), InvalidArgument,
                     "Tensor::from_vector", "got ", values.size(), " values for shape ", shape);
     Tensor t(shape, opts);
@@ -111,20 +112,29 @@ class Tensor {
     return t;
   }
   static Tensor uniform(const Shape& shape, Rng& rng, double lo, double hi, TensorOptions opts = {}) {
+    check_shape_valid("Tensor::uniform", shape, sizeof(T));
     std::vector<T> v(static_cast<std::size_t>(shape.numel()));
     for (auto& x : v) x = static_cast<T>(rng.uniform(lo, hi));
     return from_vector(v, shape, opts);
   }
   static Tensor randn(const Shape& shape, Rng& rng, double stddev = 1.0, TensorOptions opts = {}) {
+    check_shape_valid("Tensor::randn", shape, sizeof(T));
     std::vector<T> v(static_cast<std::size_t>(shape.numel()));
     for (auto& x : v) x = static_cast<T>(stddev * rng.normal());
     return from_vector(v, shape, opts);
   }
 
   bool defined() const { return storage_ != nullptr; }
+  // Bumped by every in-place write through this API (fill, assign, copy_from), shared by views:
+  // autograd checks that what it saved is unchanged when backward runs.
+  std::uint64_t version() const { return storage_ ? storage_->version() : 0; }
   const Shape& shape() const { return shape_; }
   int rank() const { return shape_.rank(); }
-  std::int64_t dim(int i) const { return shape_[i]; }
+  std::int64_t dim(int i) const {
+    CUTRAIN_REQUIRE(i >= 0 && i < rank(), InvalidArgument, "Tensor::dim", "dim ", i, " out of range for ", describe(),
+                    " of rank ", rank());
+    return shape_[i];
+  }
   std::int64_t numel() const { return shape_.numel(); }
   const Strides& strides() const { return strides_; }
   std::int64_t offset() const { return offset_; }
@@ -150,19 +160,34 @@ class Tensor {
   template <class... I>
   T& operator()(I... idx) const {
     const std::int64_t is[] = {static_cast<std::int64_t>(idx)...};
+    constexpr std::string_view op = "Tensor::operator()";
+    require_host(op);
+    CUTRAIN_REQUIRE(sizeof...(I) == static_cast<std::size_t>(rank()), InvalidArgument, op, "got ", sizeof...(I),
+                    " indices for ", describe(), " of rank ", rank());
     std::int64_t off = 0;
-    for (std::size_t d = 0; d < sizeof...(I); ++d) off += is[d] * strides_[d];
+    for (std::size_t d = 0; d < sizeof...(I); ++d) {
+      CUTRAIN_REQUIRE(is[d] >= 0 && is[d] < shape_.dims()[d], InvalidArgument, op, "index ", is[d],
+                      " out of range for dim ", d, " of ", describe());
+      off += is[d] * strides_[d];
+    }
     return data()[off];
   }
   // Host element access by logical row-major index (cpu tensors only).
-  T& flat(std::int64_t logical) const { return data()[offset_of(logical)]; }
+  T& flat(std::int64_t logical) const {
+    require_host("Tensor::flat");
+    CUTRAIN_REQUIRE(logical >= 0 && logical < numel(), InvalidArgument, "Tensor::flat", "index ", logical,
+                    " out of range for ", describe(), " of ", numel(), " elements");
+    return data()[offset_of(logical)];
+  }
 
   std::string describe() const {
+    if (!defined()) return "an undefined tensor";
     return detail::cat(dtype(), shape_, " ", layout(), " ", device());
   }
 
   // All elements, in logical row-major order, on the host.
   std::vector<T> to_vector() const {
+    require_defined("Tensor::to_vector");
     std::vector<T> out(static_cast<std::size_t>(numel()));
     if (numel() == 0) return out;
     if (device().is_cpu()) {
@@ -179,8 +204,10 @@ class Tensor {
 
   // Writes values given in logical row-major order into this tensor's elements.
   void assign(const std::vector<T>& values) {
+    require_defined("Tensor::assign");
     CUTRAIN_REQUIRE(static_cast<std::int64_t>(values.size()) == numel(), InvalidArgument, "Tensor::assign",
                     "got ", values.size(), " values for ", describe());
+    storage_->bump_version();
     if (device().is_cpu() || !is_contiguous()) {
       CUTRAIN_REQUIRE(device().is_cpu(), NotImplemented, "Tensor::assign", "strided writes to ", describe());
       T* base = data();
@@ -193,6 +220,8 @@ class Tensor {
   }
 
   void fill(T value) {
+    require_defined("Tensor::fill");
+    storage_->bump_version();
     if (device().is_cpu()) {
       T* base = data();
       detail::for_each_offset(shape_, strides_, 0, [&](std::int64_t, std::int64_t off) { base[off] = value; });
@@ -203,8 +232,12 @@ class Tensor {
 
   // Copies src's elements (same shape, any layout or device) into this tensor.
   void copy_from(const Tensor& src) {
+    require_defined("Tensor::copy_from");
+    CUTRAIN_REQUIRE(src.defined(), InvalidArgument, "Tensor::copy_from", "the source is an undefined tensor (destination ",
+                    describe(), ")");
     CUTRAIN_REQUIRE(src.shape() == shape_, InvalidArgument, "Tensor::copy_from", "source ", src.describe(),
                     " and destination ", describe(), " differ in shape");
+    storage_->bump_version();
     if (device().is_cpu() && src.device().is_cpu()) {
       T* dst = data();
       const T* s = src.data();
@@ -241,9 +274,16 @@ class Tensor {
 
   // A copy in its own storage, contiguous in the given layout (default: this one's, or
   // row-major/nchw when this one is strided).
-  Tensor clone(Layout l = Layout::strided) const { return copy_to(device(), l); }
-  Tensor to(Device dev) const { return copy_to(dev, Layout::strided); }
+  Tensor clone(Layout l = Layout::strided) const {
+    require_defined("Tensor::clone");
+    return copy_to(device(), l);
+  }
+  Tensor to(Device dev) const {
+    require_defined("Tensor::to");
+    return copy_to(dev, Layout::strided);
+  }
   Tensor contiguous(Layout l) const {
+    require_defined("Tensor::contiguous");
     if (layout() == l || (l == Layout::row_major && layout() == Layout::nchw)) return view();
     return copy_to(device(), l);
   }
@@ -287,6 +327,7 @@ class Tensor {
     return t;
   }
   Tensor reshape(const Shape& shape) const {
+    require_defined("Tensor::reshape");
     check_shape_valid("Tensor::reshape", shape);
     CUTRAIN_REQUIRE(shape.numel() == numel(), InvalidArgument, "Tensor::reshape", "cannot reshape ", describe(),
                     " to ", shape, ": element counts differ");
@@ -299,6 +340,7 @@ class Tensor {
     return t;
   }
   Tensor slice(int dim, std::int64_t begin, std::int64_t end) const {
+    require_defined("Tensor::slice");
     CUTRAIN_REQUIRE(dim >= 0 && dim < rank(), InvalidArgument, "Tensor::slice", "dim ", dim, " out of range for ", describe());
     CUTRAIN_REQUIRE(0 <= begin && begin <= end && end <= shape_[dim], InvalidArgument, "Tensor::slice", "range [", begin, ",",
                     end, ") out of bounds for dim ", dim, " of ", describe());
@@ -310,7 +352,7 @@ class Tensor {
 
  private:
   void allocate(const Shape& shape, const TensorOptions& opts) {
-    check_shape_valid("Tensor", shape);
+    check_shape_valid("Tensor", shape, sizeof(T));
     Layout l = opts.layout;
     if (l == Layout::nchw && shape.rank() != 4) l = Layout::row_major;
     CUTRAIN_REQUIRE(l != Layout::strided, InvalidArgument, "Tensor", "cannot allocate with layout strided");
@@ -325,6 +367,13 @@ class Tensor {
     Tensor t(shape_, {.layout = l, .device = dev});
     t.copy_from(*this);
     return t;
+  }
+  void require_defined(std::string_view op) const {
+    CUTRAIN_REQUIRE(defined(), InvalidArgument, op, "the tensor is undefined (default-constructed or moved from)");
+  }
+  void require_host(std::string_view op) const {
+    require_defined(op);
+    CUTRAIN_REQUIRE(device().is_cpu(), DeviceError, op, "host element access to ", describe(), ": copy it with to(Device::cpu()) first");
   }
   std::int64_t min_offset() const {
     std::int64_t m = 0;

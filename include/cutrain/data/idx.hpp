@@ -6,10 +6,12 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "cutrain/core/tensor.hpp"
@@ -47,6 +49,31 @@ class GzFile {
     }
     CUTRAIN_REQUIRE(got == n, IoError, "read_idx", path_, ": truncated: ", what, " needs ", n, " bytes, file has ", got);
   }
+  // Reads n bytes into out, growing it as the bytes arrive: a header that claims more data than
+  // the file holds costs at most twice what the file has, never what it claims.
+  void read_growing(std::vector<std::uint8_t>& out, std::size_t n, const char* what) {
+    out.clear();
+    std::size_t got = 0;
+    while (got < n) {
+      const std::size_t want = std::min(n, std::max<std::size_t>(got * 2, std::size_t{1} << 20));
+      out.resize(want);
+      const std::size_t before = got;
+      while (got < want) {
+        const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(want - got, 1u << 30));
+        const int r = gzread(f_, out.data() + got, chunk);
+        if (r < 0) {
+          int errnum = 0;
+          const char* msg = gzerror(f_, &errnum);
+          throw IoError("read_idx", cutrain::detail::cat(path_, ": corrupt gzip data while reading ", what, ": ", msg));
+        }
+        if (r == 0) break;
+        got += static_cast<std::size_t>(r);
+      }
+      if (got < want || got == before) break;
+    }
+    CUTRAIN_REQUIRE(got == n, IoError, "read_idx", path_, ": truncated: ", what, " needs ", n, " bytes, file has ", got);
+  }
+  bool is_gzip() { return gzdirect(f_) == 0; }
   bool at_end() {
     char c;
     return gzread(f_, &c, 1) == 0;
@@ -65,8 +92,9 @@ inline IdxArray read_idx(const std::string& path) {
   unsigned char magic[4];
   f.read(magic, 4, "the magic number");
   CUTRAIN_REQUIRE(magic[0] == 0 && magic[1] == 0, IoError, "read_idx", path, ": bad magic number (not an IDX file)");
-  CUTRAIN_REQUIRE(magic[2] == 0x08, IoError, "read_idx", path, ": element type 0x", std::hex, int(magic[2]),
-                  " is not unsigned byte (0x08)");
+  constexpr char hex[] = "0123456789abcdef";
+  CUTRAIN_REQUIRE(magic[2] == 0x08, IoError, "read_idx", path, ": element type 0x", hex[magic[2] >> 4],
+                  hex[magic[2] & 15], " is not unsigned byte (0x08)");
   const int rank = magic[3];
   CUTRAIN_REQUIRE(rank >= 1 && rank <= 4, IoError, "read_idx", path, ": unsupported rank ", rank);
   IdxArray a;
@@ -80,8 +108,16 @@ inline IdxArray read_idx(const std::string& path) {
     n *= d;
   }
   CUTRAIN_REQUIRE(n < (std::int64_t{1} << 33), IoError, "read_idx", path, ": ", n, " elements is implausibly many");
-  a.values.resize(static_cast<std::size_t>(n));
-  f.read(a.values.data(), a.values.size(), "the data");
+  // An uncompressed file's size is known: check it before reading. (zlib reads plain files as
+  // they are; a gzip file's size says nothing exact, so read_growing bounds what it allocates.)
+  std::error_code ec;
+  const auto file_bytes = std::filesystem::file_size(path, ec);
+  if (!ec && !f.is_gzip()) {
+    const auto need = static_cast<std::uintmax_t>(4 + 4 * rank + n);
+    CUTRAIN_REQUIRE(file_bytes >= need, IoError, "read_idx", path, ": truncated: the header claims ", Shape(a.dims), " (",
+                    n, " bytes of data), the file has ", file_bytes, " bytes in all, not ", need);
+  }
+  f.read_growing(a.values, static_cast<std::size_t>(n), "the data");
   CUTRAIN_REQUIRE(f.at_end(), IoError, "read_idx", path, ": extra bytes after ", n, " elements");
   return a;
 }

@@ -23,10 +23,9 @@ template <class T>
 class BatchNorm2d : public Module<BatchNorm2d<T>, T> {
  public:
   explicit BatchNorm2d(const BatchNormOptions& o)
-      : opts_(o),
+      : opts_(checked(o)),
         running_mean(Tensor<T>::zeros(Shape{o.features})),
         running_var(Tensor<T>::full(Shape{o.features}, T(1))) {
-    CUTRAIN_REQUIRE(o.features > 0, InvalidArgument, "nn::BatchNorm2d", "features must be > 0, got ", o.features);
     weight = autograd::parameter(Tensor<T>::full(Shape{o.features}, T(1)));
     bias = autograd::parameter(Tensor<T>::zeros(Shape{o.features}));
   }
@@ -48,6 +47,11 @@ class BatchNorm2d : public Module<BatchNorm2d<T>, T> {
   const BatchNormOptions& options() const { return opts_; }
 
  private:
+  // Before any member is made from the options: an error names the module, not a Tensor.
+  static const BatchNormOptions& checked(const BatchNormOptions& o) {
+    CUTRAIN_REQUIRE(o.features > 0, InvalidArgument, "nn::BatchNorm2d", "features must be > 0, got ", o.features);
+    return o;
+  }
   BatchNormOptions opts_;
 
  public:

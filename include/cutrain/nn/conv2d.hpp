@@ -50,7 +50,12 @@ class Conv2d : public Module<Conv2d<T>, T> {
                         o.out % o.groups == 0,
                     InvalidArgument, "nn::Conv2d", "need in, out, kernel, groups > 0 with groups dividing in and out, got in ",
                     o.in, ", out ", o.out, ", kernel ", o.kernel, ", groups ", o.groups);
-    Rng own = init::rng_for(o.seed, static_cast<std::uint64_t>(o.in * 1000003 + o.out * 1009 + o.kernel));
+    const Shape w_shape{o.out, o.in / o.groups, o.kernel, o.kernel};
+    CUTRAIN_REQUIRE(shape_fits(w_shape, sizeof(T)), InvalidArgument, "nn::Conv2d", "weight ", w_shape,
+                    " is too large: its byte count overflows int64 (in ", o.in, ", out ", o.out, ", kernel ", o.kernel, ")");
+    // Unsigned: the same seed as the signed formula wherever that did not overflow.
+    Rng own = init::rng_for(o.seed, static_cast<std::uint64_t>(o.in) * 1000003 + static_cast<std::uint64_t>(o.out) * 1009 +
+                                        static_cast<std::uint64_t>(o.kernel));
     Rng& r = rng ? *rng : own;
     const std::int64_t k2 = std::int64_t{o.kernel} * o.kernel;
     const Shape ws{o.out, o.in / o.groups, o.kernel, o.kernel};

@@ -23,6 +23,9 @@ class LayerNorm : public Module<LayerNorm<T>, T> {
   explicit LayerNorm(const LayerNormOptions& o) : opts_(o) {
     CUTRAIN_REQUIRE(!o.shape.empty(), InvalidArgument, "nn::LayerNorm", "shape must name at least one dim");
     const Shape s(o.shape);
+    for (auto d : s)
+      CUTRAIN_REQUIRE(d > 0, InvalidArgument, "nn::LayerNorm", "shape ", s, " must have positive dims");
+    check_shape_valid("nn::LayerNorm", s, sizeof(T));
     weight = autograd::parameter(Tensor<T>::full(s, T(1)));
     bias = autograd::parameter(Tensor<T>::zeros(s));
   }

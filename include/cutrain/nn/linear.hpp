@@ -46,7 +46,10 @@ class Linear : public Module<Linear<T>, T> {
   Linear(const LinearOptions& o, Rng* rng) : opts_(o) {
     CUTRAIN_REQUIRE(o.in > 0 && o.out > 0, InvalidArgument, "nn::Linear", "need in and out > 0, got in ", o.in,
                     ", out ", o.out);
-    Rng own = init::rng_for(o.seed, static_cast<std::uint64_t>(o.in * 7919 + o.out) ^ 0x4c494e4552ull);
+    CUTRAIN_REQUIRE(shape_fits(Shape{o.out, o.in}, sizeof(T)), InvalidArgument, "nn::Linear", "weight [out, in] = ",
+                    Shape{o.out, o.in}, " is too large: its byte count overflows int64 (in ", o.in, ", out ", o.out, ")");
+    Rng own = init::rng_for(o.seed, (static_cast<std::uint64_t>(o.in) * 7919 + static_cast<std::uint64_t>(o.out)) ^
+                                        0x4c494e4552ull);
     Rng& r = rng ? *rng : own;
     weight = autograd::parameter(init::make<T>(Shape{o.out, o.in}, o.init, o.in, o.out, r));
     if (o.bias) bias = autograd::parameter(Tensor<T>::zeros(Shape{o.out}));

@@ -16,6 +16,7 @@ template <class T>
 Tensor<T> activation_forward(const Tensor<T>& x, const ActivationParams& a) {
   constexpr std::string_view op = "activation_forward";
   check::defined(op, x, "x");
+  cutrain::detail::check_activation(op, a);
   return detail::dispatch<Tensor<T>>(
       op, [&](const auto& x) { return cpu::activation_forward(x, a); },
       CUTRAIN_IF_CUDA([&](const auto& x) {
@@ -31,6 +32,7 @@ template <class T>
 Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const ActivationParams& a) {
   constexpr std::string_view op = "activation_backward";
   check::defined(op, x, "x");
+  cutrain::detail::check_activation(op, a);
   check::shape(op, dy, x.shape(), "dy");
   return detail::dispatch<Tensor<T>>(
       op, [&](const auto& x, const auto& dy) { return cpu::activation_backward(x, dy, a); },

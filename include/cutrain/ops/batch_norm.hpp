@@ -27,6 +27,14 @@ std::int64_t batch_norm_check_x(std::string_view op, const Tensor<T>& x) {
   check::non_empty(op, x, "x");
   return x.dim(1);
 }
+
+// A per-channel tensor (gamma, beta, the statistics) must be [C] for x's C: the error gives both.
+template <class T, class S>
+void batch_norm_check_channels(std::string_view op, const Tensor<T>& x, const Tensor<S>& t, std::string_view name) {
+  check::defined(op, t, name);
+  CUTRAIN_REQUIRE(t.shape() == Shape{x.dim(1)}, InvalidArgument, op, name, " must have shape ", Shape{x.dim(1)},
+                  " (one value per channel of x ", x.describe(), "), got ", t.describe());
+}
 }  // namespace detail
 
 template <class T, class S>
@@ -34,11 +42,11 @@ BatchNormForward<T, S> batch_norm_forward_training(const Tensor<T>& x, const Ten
                                                    Tensor<S>& running_mean, Tensor<S>& running_var,
                                                    const BatchNormParams& p) {
   constexpr std::string_view op = "batch_norm_forward_training";
-  const Shape c{detail::batch_norm_check_x(op, x)};
-  check::shape(op, gamma, c, "gamma");
-  check::shape(op, beta, c, "beta");
-  check::shape(op, running_mean, c, "running_mean");
-  check::shape(op, running_var, c, "running_var");
+  [[maybe_unused]] const Shape c{detail::batch_norm_check_x(op, x)};  // the GPU path sizes its statistics by it
+  detail::batch_norm_check_channels(op, x, gamma, "gamma");
+  detail::batch_norm_check_channels(op, x, beta, "beta");
+  detail::batch_norm_check_channels(op, x, running_mean, "running_mean");
+  detail::batch_norm_check_channels(op, x, running_var, "running_var");
   cutrain::detail::norm_check_eps(op, p.eps);
   cutrain::detail::norm_check_momentum(op, p.momentum);
   const std::int64_t per_channel = x.numel() / x.dim(1);
@@ -69,11 +77,11 @@ Tensor<T> batch_norm_forward_inference(const Tensor<T>& x, const Tensor<S>& gamm
                                        const Tensor<S>& running_mean, const Tensor<S>& running_var,
                                        double eps = 1e-5) {
   constexpr std::string_view op = "batch_norm_forward_inference";
-  const Shape c{detail::batch_norm_check_x(op, x)};
-  check::shape(op, gamma, c, "gamma");
-  check::shape(op, beta, c, "beta");
-  check::shape(op, running_mean, c, "running_mean");
-  check::shape(op, running_var, c, "running_var");
+  [[maybe_unused]] const Shape c{detail::batch_norm_check_x(op, x)};  // the GPU path sizes its statistics by it
+  detail::batch_norm_check_channels(op, x, gamma, "gamma");
+  detail::batch_norm_check_channels(op, x, beta, "beta");
+  detail::batch_norm_check_channels(op, x, running_mean, "running_mean");
+  detail::batch_norm_check_channels(op, x, running_var, "running_var");
   cutrain::detail::norm_check_eps(op, eps);
   return detail::dispatch<Tensor<T>, detail::NormDtypes<T, S>>(
       op,
@@ -94,11 +102,11 @@ template <class T, class S>
 NormBackward<T, S> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<S>& gamma,
                                        const Tensor<S>& save_mean, const Tensor<S>& save_inv_std) {
   constexpr std::string_view op = "batch_norm_backward";
-  const Shape c{detail::batch_norm_check_x(op, x)};
+  [[maybe_unused]] const Shape c{detail::batch_norm_check_x(op, x)};  // the GPU path sizes its statistics by it
   check::shape(op, dy, x.shape(), "dy");
-  check::shape(op, gamma, c, "gamma");
-  check::shape(op, save_mean, c, "save_mean");
-  check::shape(op, save_inv_std, c, "save_inv_std");
+  detail::batch_norm_check_channels(op, x, gamma, "gamma");
+  detail::batch_norm_check_channels(op, x, save_mean, "save_mean");
+  detail::batch_norm_check_channels(op, x, save_inv_std, "save_inv_std");
   return detail::dispatch<NormBackward<T, S>, detail::NormDtypes<T, S>>(
       op,
       [](const auto& x, const auto& dy, const auto& gamma, const auto& mean, const auto& inv_std) {

@@ -61,6 +61,7 @@ template <class T>
 Tensor<T> conv2d_bias_activation_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias,
                                          const ActivationParams& act, const Conv2dParams& p) {
   constexpr std::string_view op = "conv2d_bias_activation_forward";
+  cutrain::detail::check_activation(op, act);
   check::rank(op, x, 4, "x");
   check::rank(op, w, 4, "w");
   [[maybe_unused]] const Shape ys = conv2d_output_shape(x.shape(), w.shape(), p, op);
@@ -108,6 +109,7 @@ template <class T>
 Tensor<T> conv2d_backward_data_activation(const Tensor<T>& dy, const Tensor<T>& w, const Tensor<T>& act_x,
                                           const ActivationParams& act, const Conv2dParams& p) {
   constexpr std::string_view op = "conv2d_backward_data_activation";
+  cutrain::detail::check_activation(op, act);
   check::rank(op, w, 4, "w");
   check::rank(op, act_x, 4, "act_x");
   detail::conv2d_check_dy(op, dy, act_x.shape(), w.shape(), p);

@@ -14,6 +14,8 @@
 #include "cutrain/core/abi.hpp"
 
 #include <concepts>
+#include <new>
+#include <stdexcept>
 #include <string_view>
 #include <type_traits>
 
@@ -109,8 +111,19 @@ R dispatch(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu
            const Rest&... rest) {
   using D = std::conditional_t<std::is_void_v<Dtypes>, FloatDtypes<T>, Dtypes>;
   if (common_device(op, first, rest...).is_cpu()) {
-    if constexpr (D::cpu) return cpu(first, rest...);
-    else D::cpu_unsupported(op, first);
+    if constexpr (D::cpu) {
+      // The CPU implementations' scratch buffers are std::vectors: what they throw for sizes the
+      // host cannot hold becomes an Error naming the op.
+      try {
+        return cpu(first, rest...);
+      } catch (const std::bad_alloc&) {
+        throw OutOfMemory(op, cutrain::detail::cat("out of host memory computing on ", first.describe()));
+      } catch (const std::length_error& e) {
+        throw OutOfMemory(op, cutrain::detail::cat("a buffer for ", first.describe(), " is too large (", e.what(), ")"));
+      }
+    } else {
+      D::cpu_unsupported(op, first);
+    }
   } else if constexpr (std::same_as<std::remove_cvref_t<Gpu>, NoCuda>) {
     cutrain::detail::no_cuda(op);
   } else if constexpr (D::gpu) {

@@ -18,6 +18,7 @@ Tensor<T> flatten(const Tensor<T>& x) {
   constexpr std::string_view op = "flatten";
   check::defined(op, x, "x");
   CUTRAIN_REQUIRE(x.rank() >= 2, InvalidArgument, op, "x must be at least 2-d [N, ...], got ", x.describe());
+  // x exists, so its element count fits: so does the product of its trailing dims.
   std::int64_t rest = 1;
   for (int d = 1; d < x.rank(); ++d) rest *= x.dim(d);
   return detail::dispatch<Tensor<T>, detail::AnyDtype>(
@@ -32,7 +33,7 @@ Tensor<T> flatten_backward(const Tensor<T>& dy, const Shape& x_shape, Layout lay
   constexpr std::string_view op = "flatten_backward";
   check::rank(op, dy, 2, "dy");
   CUTRAIN_REQUIRE(x_shape.rank() >= 2, InvalidArgument, op, "x_shape must be at least 2-d [N, ...], got ", x_shape);
-  check_shape_valid(op, x_shape);
+  check_shape_valid(op, x_shape, sizeof(T));
   std::int64_t rest = 1;
   for (int d = 1; d < x_shape.rank(); ++d) rest *= x_shape[d];
   const Shape want{x_shape[0], rest};

@@ -23,6 +23,9 @@ void check_linear_inputs(std::string_view op, const Tensor<T>& x, const Tensor<T
   check::rank(op, w, 2, "w");
   CUTRAIN_REQUIRE(x.dim(1) == w.dim(1), InvalidArgument, op, "x ", x.describe(), " has ", x.dim(1),
                   " features but w ", w.describe(), " expects ", w.dim(1), " (", linear_shapes, ")");
+  CUTRAIN_REQUIRE(shape_fits(Shape{x.dim(0), w.dim(0)}, sizeof(T)), InvalidArgument, op, "the output ",
+                  Shape{x.dim(0), w.dim(0)}, " of x ", x.describe(), " and w ", w.describe(),
+                  " is too large: its byte count overflows int64");
 }
 }  // namespace detail
 
@@ -71,6 +74,7 @@ template <class T>
 Tensor<T> linear_activation_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias,
                                     const ActivationParams& act) {
   constexpr std::string_view op = "linear_activation_forward";
+  cutrain::detail::check_activation(op, act);
   detail::check_linear_inputs(op, x, w);
   if (bias.defined()) check::shape(op, bias, Shape{w.dim(0)}, "bias");
   return detail::dispatch<Tensor<T>>(

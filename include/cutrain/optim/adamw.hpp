@@ -33,7 +33,7 @@ class AdamW : public Optimizer<T> {
     CUTRAIN_REQUIRE(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, InvalidArgument, "optim::AdamW",
                     "beta1 and beta2 must be in [0, 1), got ", o.beta1, " and ", o.beta2);
     CUTRAIN_REQUIRE(o.eps >= 0 && o.weight_decay >= 0, InvalidArgument, "optim::AdamW",
-                    "eps and weight_decay must be >= 0");
+                    "eps and weight_decay must be >= 0, got eps ", o.eps, ", weight_decay ", o.weight_decay);
   }
 
   // Under CUDA graph capture the update is recorded, not run: each replay counts the step and

@@ -26,7 +26,10 @@ namespace cutrain::inline CUTRAIN_ABI::optim {
 template <class T>
 class Optimizer {
  public:
-  Optimizer(std::string_view name, std::vector<autograd::Var<T>> params, double lr) : params_(std::move(params)), lr_(lr) {
+  Optimizer(std::string_view name, std::vector<autograd::Var<T>> params, double lr)
+      : params_(std::move(params)), lr_(lr), name_(name) {
+    CUTRAIN_REQUIRE(!params_.empty(), InvalidArgument, name,
+                    "got no parameters to optimize (an empty parameter list: was the model built before parameters()?)");
     for (std::size_t i = 0; i < params_.size(); ++i)
       CUTRAIN_REQUIRE(params_[i].defined() && params_[i].requires_grad() && params_[i].is_leaf(), InvalidArgument,
                       name, "parameter ", i, " must be a defined leaf Var that requires grad");
@@ -38,7 +41,11 @@ class Optimizer {
     for (auto& p : params_) p.zero_grad();
   }
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  void set_lr(double lr) {
+    CUTRAIN_REQUIRE(lr >= 0 && std::isfinite(lr), InvalidArgument, cutrain::detail::cat(name_, "::set_lr"),
+                    "lr must be finite and >= 0, got ", lr);
+    lr_ = lr;
+  }
   const std::vector<autograd::Var<T>>& params() const { return params_; }
 
  protected:
@@ -162,6 +169,7 @@ class Optimizer {
 
   std::vector<autograd::Var<T>> params_;
   double lr_;
+  std::string_view name_;  // the optimizer's name, a string literal: "optim::SGD"
 };
 
 }  // namespace cutrain::inline CUTRAIN_ABI::optim

@@ -44,7 +44,8 @@ struct OneCycleSchedule {
   double operator()(std::int64_t step) const {
     CUTRAIN_REQUIRE(total_steps >= 2 && pct_start > 0 && pct_start < 1 && div_factor > 0 && final_div_factor > 0,
                     InvalidArgument, "optim::OneCycleSchedule",
-                    "need total_steps >= 2, pct_start in (0, 1), positive div factors");
+                    "need total_steps >= 2, pct_start in (0, 1), positive div factors; got total_steps ", total_steps,
+                    ", pct_start ", pct_start, ", div_factor ", div_factor, ", final_div_factor ", final_div_factor);
     const double initial = max_lr / div_factor, final_lr = initial / final_div_factor;
     const double up_end = pct_start * static_cast<double>(total_steps) - 1.0;
     const double down_end = static_cast<double>(total_steps) - 1.0;

@@ -31,7 +31,8 @@ class SGD : public Optimizer<T> {
   SGD(std::vector<autograd::Var<T>> params, const SGDOptions& o = {})
       : Optimizer<T>("optim::SGD", std::move(params), o.lr), opts_(o), buffers_(this->params_.size()) {
     CUTRAIN_REQUIRE(o.momentum >= 0 && o.dampening >= 0 && o.weight_decay >= 0, InvalidArgument, "optim::SGD",
-                    "momentum, dampening and weight_decay must be >= 0");
+                    "momentum, dampening and weight_decay must be >= 0, got momentum ", o.momentum, ", dampening ",
+                    o.dampening, ", weight_decay ", o.weight_decay);
     CUTRAIN_REQUIRE(!o.nesterov || (o.momentum > 0 && o.dampening == 0), InvalidArgument, "optim::SGD",
                     "nesterov needs momentum > 0 and dampening == 0");
   }

@@ -31,8 +31,8 @@ struct Conv2dFn final : Node<T> {
   std::string_view name() const override { return "conv2d"; }
   Tensor<T> forward(const Tensor<T>& x_, const Tensor<T>& w_, const Tensor<T>& b_) {
     Tensor<T> y = ops::conv2d_forward(x_, w_, b_, p);
-    x = x_.view();
-    w = w_.view();
+    this->save(x, x_, "x");
+    this->save(w, w_, "w");
     has_bias = b_.defined();
     return y;
   }
@@ -49,6 +49,7 @@ struct Conv2dFn final : Node<T> {
 // y = conv(x, w) + b; b may be an undefined Var (no bias).
 template <class T>
 Var<T> conv2d(const Var<T>& x, const Var<T>& w, const Var<T>& b, const Conv2dParams& p) {
+  detail::require_defined("autograd::conv2d", {{x.defined(), "x"}, {w.defined(), "w"}});
   auto fn = std::make_shared<Conv2dFn<T>>(p);
   Tensor<T> y = fn->forward(x.value(), w.value(), b.defined() ? b.value().view() : Tensor<T>{});
   return detail::finish<T>(std::move(y), fn, {&x, &w, &b});
@@ -71,9 +72,9 @@ struct Conv2dActivationFn final : Node<T> {
   Tensor<T> forward(const Tensor<T>& x_, const Tensor<T>& w_, const Tensor<T>& b_) {
     detail::require_grad_safe_activation("autograd::conv2d_bias_activation", act);
     Tensor<T> out = ops::conv2d_bias_activation_forward(x_, w_, b_, act, p);
-    x = x_.view();
-    w = w_.view();
-    y = out.view();
+    this->save(x, x_, "x");
+    this->save(w, w_, "w");
+    this->save(y, out, "y");
     has_bias = b_.defined();
     return out;
   }
@@ -91,6 +92,7 @@ struct Conv2dActivationFn final : Node<T> {
 template <class T>
 Var<T> conv2d_bias_activation(const Var<T>& x, const Var<T>& w, const Var<T>& b, const ActivationParams& act,
                               const Conv2dParams& p) {
+  detail::require_defined("autograd::conv2d_bias_activation", {{x.defined(), "x"}, {w.defined(), "w"}});
   auto fn = std::make_shared<Conv2dActivationFn<T>>(p, act);
   Tensor<T> y = fn->forward(x.value(), w.value(), b.defined() ? b.value().view() : Tensor<T>{});
   return detail::finish<T>(std::move(y), fn, {&x, &w, &b});
@@ -106,8 +108,8 @@ struct Pool2dFn final : Node<T> {
   std::string_view name() const override { return p.mode == PoolMode::max ? "max_pool2d" : "avg_pool2d"; }
   Tensor<T> forward(const Tensor<T>& x_) {
     Tensor<T> out = ops::pool2d_forward(x_, p);
-    x = x_.view();
-    y = out.view();
+    this->save(x, x_, "x");
+    this->save(y, out, "y");
     return out;
   }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
@@ -120,6 +122,7 @@ struct Pool2dFn final : Node<T> {
 
 template <class T>
 Var<T> pool2d(const Var<T>& x, const Pool2dParams& p) {
+  detail::require_defined("autograd::pool2d", {{x.defined(), "x"}});
   auto fn = std::make_shared<Pool2dFn<T>>(p);
   Tensor<T> y = fn->forward(x.value());
   return detail::finish<T>(std::move(y), fn, {&x});
@@ -154,6 +157,7 @@ struct GlobalAvgPoolFn final : Node<T> {
 // [N,C,H,W] -> [N,C,1,1], the mean over H and W.
 template <class T>
 Var<T> global_avg_pool(const Var<T>& x) {
+  detail::require_defined("autograd::global_avg_pool", {{x.defined(), "x"}});
   auto fn = std::make_shared<GlobalAvgPoolFn<T>>();
   Tensor<T> y = fn->forward(x.value());
   return detail::finish<T>(std::move(y), fn, {&x});
@@ -180,6 +184,7 @@ struct FlattenFn final : Node<T> {
 // [N, ...] -> [N, prod(...)] in logical (row-major / nchw) order.
 template <class T>
 Var<T> flatten(const Var<T>& x) {
+  detail::require_defined("autograd::flatten", {{x.defined(), "x"}});
   auto fn = std::make_shared<FlattenFn<T>>();
   Tensor<T> y = fn->forward(x.value());
   return detail::finish<T>(std::move(y), fn, {&x});

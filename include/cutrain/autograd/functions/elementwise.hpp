@@ -43,6 +43,7 @@ struct AddFn final : Node<T> {
 
 template <class T>
 Var<T> add(const Var<T>& a, const Var<T>& b) {
+  detail::require_defined("autograd::add", {{a.defined(), "a"}, {b.defined(), "b"}});
   auto fn = std::make_shared<AddFn<T>>();
   Tensor<T> y = fn->forward(a.value(), b.value());
   return detail::finish<T>(std::move(y), fn, {&a, &b});
@@ -54,8 +55,8 @@ struct MultiplyFn final : Node<T> {
   std::string_view name() const override { return "multiply"; }
   Tensor<T> forward(const Tensor<T>& a_, const Tensor<T>& b_) {
     Tensor<T> y = ops::multiply(a_, b_);
-    a = a_.view();
-    b = b_.view();
+    this->save(a, a_, "a");
+    this->save(b, b_, "b");
     return y;
   }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
@@ -70,6 +71,7 @@ struct MultiplyFn final : Node<T> {
 // Elementwise a * b (equal shapes).
 template <class T>
 Var<T> multiply(const Var<T>& a, const Var<T>& b) {
+  detail::require_defined("autograd::multiply", {{a.defined(), "a"}, {b.defined(), "b"}});
   auto fn = std::make_shared<MultiplyFn<T>>();
   Tensor<T> y = fn->forward(a.value(), b.value());
   return detail::finish<T>(std::move(y), fn, {&a, &b});
@@ -91,6 +93,7 @@ struct ScaleFn final : Node<T> {
 
 template <class T>
 Var<T> scale(const Var<T>& x, double alpha) {
+  detail::require_defined("autograd::scale", {{x.defined(), "x"}});
   auto fn = std::make_shared<ScaleFn<T>>(alpha);
   Tensor<T> y = fn->forward(x.value());
   return detail::finish<T>(std::move(y), fn, {&x});
@@ -120,6 +123,7 @@ struct DropoutFn final : Node<T> {
 // Inverted dropout with a seeded mask; the caller picks a fresh seed per step.
 template <class T>
 Var<T> dropout(const Var<T>& x, double p, std::uint64_t seed) {
+  detail::require_defined("autograd::dropout", {{x.defined(), "x"}});
   auto fn = std::make_shared<DropoutFn<T>>();
   Tensor<T> y = fn->forward(x.value(), p, seed);
   return detail::finish<T>(std::move(y), fn, {&x});

@@ -36,10 +36,10 @@ struct LinearFn final : Node<T> {
     } else {
       detail::require_grad_safe_activation("autograd::linear_activation", act);
       out = ops::linear_activation_forward(x_, w_, b_, act);
-      y = out.view();
+      this->save(y, out, "y");
     }
-    x = x_.view();
-    w = w_.view();
+    this->save(x, x_, "x");
+    this->save(w, w_, "w");
     has_bias = b_.defined();
     return out;
   }
@@ -58,6 +58,7 @@ struct LinearFn final : Node<T> {
 // y = x w^T + b: x [N, in], w [out, in], b [out] (or undefined).
 template <class T>
 Var<T> linear(const Var<T>& x, const Var<T>& w, const Var<T>& b = {}) {
+  detail::require_defined("autograd::linear", {{x.defined(), "x"}, {w.defined(), "w"}});
   auto fn = std::make_shared<LinearFn<T>>();
   Tensor<T> y = fn->forward(x.value(), w.value(), b.defined() ? b.value().view() : Tensor<T>{});
   return detail::finish<T>(std::move(y), fn, {&x, &w, &b});
@@ -66,6 +67,7 @@ Var<T> linear(const Var<T>& x, const Var<T>& w, const Var<T>& b = {}) {
 // act(x w^T + b) as one op (cuBLASLt's epilogue on the GPU); relu or identity.
 template <class T>
 Var<T> linear_activation(const Var<T>& x, const Var<T>& w, const Var<T>& b, const ActivationParams& act) {
+  detail::require_defined("autograd::linear_activation", {{x.defined(), "x"}, {w.defined(), "w"}});
   auto fn = std::make_shared<LinearFn<T>>(act);
   Tensor<T> y = fn->forward(x.value(), w.value(), b.defined() ? b.value().view() : Tensor<T>{});
   return detail::finish<T>(std::move(y), fn, {&x, &w, &b});
@@ -82,8 +84,8 @@ struct CrossEntropyFn final : Node<T> {
   std::string_view name() const override { return "cross_entropy"; }
   Tensor<T> forward(const Tensor<T>& logits_, const Tensor<std::int32_t>& labels_) {
     Tensor<T> loss = ops::cross_entropy_forward(logits_, labels_, p);
-    logits = logits_.view();
-    labels = labels_.view();
+    this->save(logits, logits_, "logits");
+    this->save(labels, labels_, "labels");
     return loss;
   }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
@@ -99,6 +101,7 @@ struct CrossEntropyFn final : Node<T> {
 // a scalar (shape []).
 template <class T>
 Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& labels, const CrossEntropyParams& p = {}) {
+  detail::require_defined("autograd::cross_entropy", {{logits.defined(), "logits"}});
   auto fn = std::make_shared<CrossEntropyFn<T>>(p);
   Tensor<T> y = fn->forward(logits.value(), labels);
   return detail::finish<T>(std::move(y), fn, {&logits});

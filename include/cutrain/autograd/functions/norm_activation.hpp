@@ -32,7 +32,7 @@ struct ActivationFn final : Node<T> {
   std::string_view name() const override { return to_string(a.kind); }
   Tensor<T> forward(const Tensor<T>& x_) {
     Tensor<T> y = ops::activation_forward(x_, a);
-    x = x_.view();
+    this->save(x, x_, "x");
     return y;
   }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
@@ -45,6 +45,7 @@ struct ActivationFn final : Node<T> {
 
 template <class T>
 Var<T> activation(const Var<T>& x, const ActivationParams& a) {
+  detail::require_defined("autograd::activation", {{x.defined(), "x"}});
   auto fn = std::make_shared<ActivationFn<T>>(a);
   Tensor<T> y = fn->forward(x.value());
   return detail::finish<T>(std::move(y), fn, {&x});
@@ -79,8 +80,8 @@ struct BatchNormTrainingFn final : Node<T> {
   Tensor<T> forward(const Tensor<T>& x_, const Tensor<S>& gamma_, const Tensor<S>& beta_, Tensor<S>& running_mean,
                     Tensor<S>& running_var) {
     BatchNormForward<T, S> r = ops::batch_norm_forward_training(x_, gamma_, beta_, running_mean, running_var, p);
-    x = x_.view();
-    gamma = gamma_.view();
+    this->save(x, x_, "x");
+    this->save(gamma, gamma_, "gamma");
     save_mean = std::move(r.save_mean);
     save_inv_std = std::move(r.save_inv_std);
     return std::move(r.y);
@@ -123,8 +124,8 @@ struct BatchNormEvalFn final : Node<T> {
   Tensor<T> forward(const Tensor<T>& x_, const Tensor<T>& gamma_, const Tensor<T>& beta_,
                     const Tensor<T>& running_mean, const Tensor<T>& running_var) {
     Tensor<T> y = ops::batch_norm_forward_inference(x_, gamma_, beta_, running_mean, running_var, eps);
-    x = x_.view();
-    gamma = gamma_.view();
+    this->save(x, x_, "x");
+    this->save(gamma, gamma_, "gamma");
     mean = running_mean.clone();  // the module may load new statistics before backward
     var = running_var.clone();
     return y;
@@ -158,6 +159,8 @@ struct BatchNormEvalFn final : Node<T> {
 template <class T, class S>
 Var<T> batch_norm(const Var<T>& x, const Var<S>& gamma, const Var<S>& beta, Tensor<S>& running_mean,
                   Tensor<S>& running_var, bool training, const BatchNormParams& p = {}) {
+  detail::require_defined("autograd::batch_norm",
+                          {{x.defined(), "x"}, {gamma.defined(), "gamma"}, {beta.defined(), "beta"}});
   const bool record = detail::records({x.requires_grad(), gamma.requires_grad(), beta.requires_grad()});
   if (training) {
     auto fn = std::make_shared<BatchNormTrainingFn<T, S>>(p);
@@ -193,8 +196,8 @@ struct LayerNormFn final : Node<T> {
   std::string_view name() const override { return "layer_norm"; }
   Tensor<T> forward(const Tensor<T>& x_, const Tensor<T>& gamma_, const Tensor<T>& beta_) {
     LayerNormForward<T, T> r = ops::layer_norm_forward(x_, gamma_, beta_, eps);
-    x = x_.view();
-    gamma = gamma_.view();
+    this->save(x, x_, "x");
+    this->save(gamma, gamma_, "gamma");
     mean = std::move(r.mean);
     inv_std = std::move(r.inv_std);
     return std::move(r.y);
@@ -213,6 +216,8 @@ struct LayerNormFn final : Node<T> {
 // Normalizes each sample over all its dims after the first; gamma and beta have those dims.
 template <class T>
 Var<T> layer_norm(const Var<T>& x, const Var<T>& gamma, const Var<T>& beta, double eps = 1e-5) {
+  detail::require_defined("autograd::layer_norm",
+                          {{x.defined(), "x"}, {gamma.defined(), "gamma"}, {beta.defined(), "beta"}});
   auto fn = std::make_shared<LayerNormFn<T>>(eps);
   Tensor<T> y = fn->forward(x.value(), gamma.value(), beta.value());
   return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});

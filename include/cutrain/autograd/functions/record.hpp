@@ -37,6 +37,12 @@ Var<T> finish(Tensor<T> y, std::shared_ptr<Node<T>> fn, std::initializer_list<co
   return Var<T>::from_node(std::move(y), std::move(fn));
 }
 
+// Every input an op needs is a defined Var: the error names the op and the input.
+inline void require_defined(std::string_view op, std::initializer_list<std::pair<bool, std::string_view>> inputs) {
+  for (const auto& [defined, name] : inputs)
+    CUTRAIN_REQUIRE(defined, InvalidArgument, op, name, " is an undefined (default-constructed) Var");
+}
+
 inline void require_grad_safe_activation(std::string_view op, const ActivationParams& a) {
   CUTRAIN_REQUIRE(a.kind == Activation::relu || a.kind == Activation::identity, NotImplemented, op,
                   "the fused op keeps only its output, from which only relu's and identity's derivative can be "

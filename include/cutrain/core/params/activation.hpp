@@ -3,8 +3,11 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <cmath>
 #include <ostream>
 #include <string_view>
+
+#include "cutrain/core/error.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI {
 
@@ -30,5 +33,16 @@ struct ActivationParams {
   Activation kind = Activation::relu;
   double alpha = 0.01;  // negative slope of leaky_relu; alpha of elu (set 1.0 for the usual elu)
 };
+
+namespace detail {
+// A kind outside the enum (a cast from a bad int) would run as no activation at all.
+inline void check_activation(std::string_view op, const ActivationParams& a) {
+  CUTRAIN_REQUIRE(static_cast<int>(a.kind) >= static_cast<int>(Activation::identity) &&
+                      static_cast<int>(a.kind) <= static_cast<int>(Activation::silu),
+                  InvalidArgument, op, "unknown activation kind ", static_cast<int>(a.kind), " (valid: 0 identity to ",
+                  static_cast<int>(Activation::silu), " silu)");
+  CUTRAIN_REQUIRE(std::isfinite(a.alpha), InvalidArgument, op, "activation alpha must be finite, got ", a.alpha);
+}
+}  // namespace detail
 
 }  // namespace cutrain::inline CUTRAIN_ABI

@@ -79,7 +79,12 @@ inline Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dPar
   const std::int64_t ho = (hp - rd) / p.stride_h + 1, wo = (wp - sd) / p.stride_w + 1;
   // Unreachable after the check above; kept so the rule stands on its own if that check changes.
   CUTRAIN_REQUIRE(ho > 0 && wo > 0, InvalidArgument, op, "output size ", ho, "x", wo, " is not positive");
-  return Shape{x[0], K, ho, wo};
+  const Shape y{x[0], K, ho, wo};
+  // The output, and the CPU's im2col buffer (C/groups * R * S rows of Ho * Wo), must be
+  // countable in bytes: huge padding makes both huge.
+  CUTRAIN_REQUIRE(shape_fits(y, 8) && shape_fits(Shape{w[1], w[2], w[3], ho, wo}, 8), InvalidArgument, op,
+                  "output ", y, " of x ", x, " and w ", w, " with ", p, " is too large: its byte count overflows int64");
+  return y;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI

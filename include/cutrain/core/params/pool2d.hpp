@@ -94,7 +94,10 @@ inline Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p, std::str
                                                 p.ceil_mode);
   CUTRAIN_REQUIRE(oh > 0 && ow > 0, InvalidArgument, op, "output size would be ", oh, "x", ow, " for input ", x,
                   " with ", p, ": the kernel is larger than the padded input");
-  return Shape{x[0], x[1], oh, ow};
+  const Shape y{x[0], x[1], oh, ow};
+  CUTRAIN_REQUIRE(shape_fits(y, 8), InvalidArgument, op, "output shape ", y, " for input ", x, " with ", p,
+                  " is too large: its byte count overflows int64");
+  return y;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI
