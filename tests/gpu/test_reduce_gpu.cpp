@@ -181,7 +181,8 @@ TEST_CASE("gpu reduce: large reductions and many outputs", "[gpu][reduce]") {
   check_case<float>("f32 large", {1100000, 3}, {1}, true, Layout::row_major, rng);
   check_case<float>("f32 large", {1031, 517}, {0}, false, Layout::strided, rng);
   check_case<bfloat16>("bf16 large", {2, 3000, 7}, {0, 1}, false, Layout::row_major, rng);
-  check_case<cutrain::half>("f16 large", {64, 33, 65}, {}, true, Layout::row_major, rng);
+  // 68640 elements: their sum of |x| (about 34000) stays below f16's largest value (65504).
+  check_case<cutrain::half>("f16 large", {32, 33, 65}, {}, true, Layout::row_major, rng);
 }
 
 TEST_CASE("gpu reduce: empty tensors and autograd on the device", "[gpu][reduce]") {
