@@ -72,10 +72,12 @@ std::vector<BadCase> op_cases() {
                                                                        conv(1, 0));
                            }),
       // Softmax and cross entropy.
-      bad<InvalidArgument>("softmax of 3-d", "softmax_forward", {"2-d", "[2,3,4]"}, [] { (void)ops::softmax_forward(z({2, 3, 4})); }),
+      bad<InvalidArgument>("softmax axis out of range", "softmax_forward", {"axis 3", "[2,3,4]"},
+                           [] { (void)ops::softmax_forward(z({2, 3, 4}), 3); }),
       bad<InvalidArgument>("softmax of no classes", "softmax_forward", {"[2,0]", "C == 0"},
                            [] { (void)ops::softmax_forward(z({2, 0})); }),
-      bad<InvalidArgument>("log_softmax of 1-d", "log_softmax_forward", {"[5]"}, [] { (void)ops::log_softmax_forward(z({5})); }),
+      bad<InvalidArgument>("log_softmax axis -2 of 1-d", "log_softmax_forward", {"axis -2", "[5]"},
+                           [] { (void)ops::log_softmax_forward(z({5}), -2); }),
       bad<InvalidArgument>("softmax_backward dy shape", "softmax_backward", {"[2,4]"},
                            [] { (void)ops::softmax_backward(z({2, 3}), z({2, 4})); }),
       bad<InvalidArgument>("cross_entropy labels shape", "cross_entropy_forward", {"[2]", "[3]"},

@@ -171,16 +171,19 @@ TEST_CASE("softmax: bad input") {
   Rng rng(12);
   auto x = random({3, 4}, rng);
   CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_forward(Tensor<double>{}), InvalidArgument, "softmax_forward");
-  CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_forward(random({4}, rng)), InvalidArgument, "softmax_forward");
-  CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_forward(random({2, 3, 4}, rng)), InvalidArgument, "softmax_forward");
+  CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_forward(random({4}, rng), 1), InvalidArgument, "softmax_forward");
+  CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_forward(random({2, 3, 4}, rng), -4), InvalidArgument, "softmax_forward");
+  CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_forward(Tensor<double>::zeros(Shape{})), InvalidArgument, "softmax_forward");
+  CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_forward(Tensor<double>::zeros({2, 0, 3}), 1), InvalidArgument,
+                            "softmax_forward");
   CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_forward(Tensor<double>::zeros({3, 0})), InvalidArgument, "softmax_forward");
   CUTRAIN_REQUIRE_THROWS_OP(ops::log_softmax_forward(Tensor<double>::zeros({3, 0})), InvalidArgument,
                             "log_softmax_forward");
-  CUTRAIN_REQUIRE_THROWS_OP(ops::log_softmax_forward(random({1, 3, 4, 4}, rng)), InvalidArgument,
+  CUTRAIN_REQUIRE_THROWS_OP(ops::log_softmax_forward(random({1, 3, 4, 4}, rng), 4), InvalidArgument,
                             "log_softmax_forward");
   CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_backward(x, random({4, 3}, rng)), InvalidArgument, "softmax_backward");
   CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_backward(x, Tensor<double>{}), InvalidArgument, "softmax_backward");
-  CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_backward(random({12}, rng), random({12}, rng)), InvalidArgument,
+  CUTRAIN_REQUIRE_THROWS_OP(ops::softmax_backward(random({12}, rng), random({12}, rng), 1), InvalidArgument,
                             "softmax_backward");
   CUTRAIN_REQUIRE_THROWS_OP(ops::log_softmax_backward(x, random({3, 5}, rng)), InvalidArgument, "log_softmax_backward");
   auto h = Tensor<half>::zeros({2, 3});

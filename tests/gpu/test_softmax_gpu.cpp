@@ -184,7 +184,7 @@ TEST_CASE("gpu softmax: empty batch, bad input, f64 refused") {
   // ops:: validation (as on the CPU), and device mismatches.
   Tensor<float> x({3, 4}, {.device = cuda0}), y({3, 4}, {.device = cuda0});
   CHECK_THROWS_AS(ops::softmax_forward(Tensor<float>({3, 0}, {.device = cuda0})), InvalidArgument);
-  CHECK_THROWS_AS(ops::log_softmax_forward(Tensor<float>({2, 3, 4}, {.device = cuda0})), InvalidArgument);
+  CHECK_THROWS_AS(ops::log_softmax_forward(Tensor<float>({2, 3, 4}, {.device = cuda0}), 3), InvalidArgument);
   CHECK_THROWS_AS(ops::softmax_backward(x, Tensor<float>({4, 3}, {.device = cuda0})), InvalidArgument);
   CHECK_THROWS_AS(ops::log_softmax_backward(x, Tensor<float>({3, 4})), DeviceError);
   CHECK_THROWS_AS(ops::softmax_forward(Tensor<double>({3, 4}, {.device = cuda0})), NotImplemented);

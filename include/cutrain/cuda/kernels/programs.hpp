@@ -101,14 +101,17 @@ inline Program copy() {
   return make_program("copy", source::copy, {}, {"cutrain_copy_1", "cutrain_copy_2", "cutrain_copy_4", "cutrain_copy_8"});
 }
 
-// Softmax and log-softmax over rows of C elements (row-major [N, C]), forward and backward, with
-// the semantics of cpu/softmax.hpp. One block per row (grid N), one-dimensional, a multiple of 32
-// threads; f32 arithmetic and accumulation, sums in a fixed order (deterministic). Each pass reads
-// the row from global memory again; after the first, the reads mostly hit L1/L2.
+// Softmax and log-softmax along one axis of a row-major tensor viewed as [outer, C, inner], forward
+// and backward, with the semantics of cpu/softmax.hpp. Rows kernels (inner == 1, [N, C]): one block
+// per row (grid N); strided-rows kernels: one block per row, elements inner apart (grid outer *
+// inner); columns kernels: one thread per row, a grid-stride loop. Blocks are one-dimensional, a
+// multiple of 32 threads; f32 arithmetic and accumulation, sums in a fixed order (deterministic).
 inline Program softmax(std::string_view t) {
   return make_program("softmax", source::softmax, {{"T", t}},
                       {"cutrain_softmax_forward", "cutrain_log_softmax_forward", "cutrain_softmax_backward",
-                       "cutrain_log_softmax_backward"});
+                       "cutrain_log_softmax_backward", "cutrain_softmax_forward_strided",
+                       "cutrain_softmax_backward_strided", "cutrain_softmax_forward_cols",
+                       "cutrain_softmax_backward_cols"});
 }
 
 // Reductions over any set of axes of a strided tensor (rank <= 8), forward (one block per output,
