@@ -397,7 +397,8 @@ TEST_CASE("layer_norm_forward: bad input") {
   auto x1 = random({6}, rng);
   auto x0 = Tensor<double>::zeros({2, 0});
   auto g0 = Tensor<double>::zeros({0});
-  CUTRAIN_REQUIRE_THROWS_OP(ops::layer_norm_forward(x1, x1, x1), InvalidArgument, op);
+  auto g16 = random({1, 6}, rng);  // more dims than x: x1 [6] takes gamma [6] (normalized whole)
+  CUTRAIN_REQUIRE_THROWS_OP(ops::layer_norm_forward(x1, g16, g16), InvalidArgument, op);
   CUTRAIN_REQUIRE_THROWS_OP(ops::layer_norm_forward(Tensor<double>{}, g, b), InvalidArgument, op);
   CUTRAIN_REQUIRE_THROWS_OP(ops::layer_norm_forward(x0, g0, g0), InvalidArgument, op);
   CUTRAIN_REQUIRE_THROWS_OP(ops::layer_norm_forward(x, gc, b), InvalidArgument, op);

@@ -1,5 +1,5 @@
-// nn::LayerNorm: normalizes each sample over its trailing dims `shape`, with weight and bias of
-// that shape.
+// nn::LayerNorm: normalizes x over its trailing dims `shape` (torch's normalized_shape: {C} for
+// tokens [B, T, C], {C, H, W} for [N, C, H, W]), with weight and bias of that shape.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -13,7 +13,7 @@
 namespace cutrain::inline CUTRAIN_ABI::nn {
 
 struct LayerNormOptions {
-  std::vector<std::int64_t> shape;  // the dims after the batch dim, e.g. {C} or {C, H, W}
+  std::vector<std::int64_t> shape;  // the trailing normalized dims of x, e.g. {C} or {C, H, W}
   double eps = 1e-5;
 };
 

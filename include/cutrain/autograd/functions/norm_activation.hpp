@@ -213,7 +213,8 @@ struct LayerNormFn final : Node<T> {
   void release_saved() override { x = {}; gamma = {}; mean = {}; inv_std = {}; }
 };
 
-// Normalizes each sample over all its dims after the first; gamma and beta have those dims.
+// Normalizes x over its trailing dims, gamma's shape (1 to x.rank() of them; all after the first for
+// x [N, ...] and gamma [...]), per element of the leading dims; beta has gamma's shape.
 template <class T>
 Var<T> layer_norm(const Var<T>& x, const Var<T>& gamma, const Var<T>& beta, double eps = 1e-5) {
   detail::require_defined("autograd::layer_norm",
