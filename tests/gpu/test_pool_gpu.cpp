@@ -168,6 +168,15 @@ const PoolCase pool_cases[] = {
       .pad_left = 1, .pad_right = 1, .ceil_mode = true}},
     {"avg_2x2_c16", {2, 16, 6, 10}, Pool2dParams::average(2)},
     {"max_2x2_c64_odd", {3, 64, 7, 5}, Pool2dParams::max(2)},
+    // padding up to kernel - 1 (over PyTorch's kernel / 2): windows mostly in the padding
+    {"max_k3s1p2", {2, 5, 7, 9}, Pool2dParams::max(3, 1, 2)},
+    {"max_k2s2p1", {2, 3, 7, 6}, Pool2dParams::max(2, 2, 1)},
+    {"max_k4s3p3_ceil_c8", {1, 8, 10, 11},
+     {.mode = PM::max, .kernel_h = 4, .kernel_w = 4, .stride_h = 3, .stride_w = 3, .pad_top = 3, .pad_bottom = 2,
+      .pad_left = 1, .pad_right = 3, .ceil_mode = true}},
+    {"avg_k3s1p2_incl", {2, 5, 7, 9}, Pool2dParams::average(3, 1, 2, true)},
+    {"avg_k3s2p2_excl", {2, 5, 7, 9}, Pool2dParams::average(3, 2, 2, false)},
+    {"avg_k2s1p1_excl_c16", {2, 16, 6, 5}, Pool2dParams::average(2, 1, 1, false)},
     // degenerate windows: 1x1, and one window covering the whole plane
     {"max_1x1", {2, 3, 5, 4}, Pool2dParams::max(1)},
     {"max_whole_plane", {2, 3, 5, 4}, {.mode = PM::max, .kernel_h = 5, .kernel_w = 4}},
@@ -428,7 +437,11 @@ TEST_CASE("gpu pooling: bad input is refused with the op's error") {
   CHECK_THROWS_AS(kernels::pool2d_backward(x, wrong, p, wrong), InvalidArgument);
   // a kernel larger than the padded input, padding over half the kernel
   CHECK_THROWS_AS(ops::pool2d_forward(x, Pool2dParams::max(9)), InvalidArgument);
-  CHECK_THROWS_AS(ops::pool2d_forward(x, Pool2dParams::max(2, 2, 2)), InvalidArgument);
+  CHECK_THROWS_AS(ops::pool2d_forward(x, Pool2dParams::max(2, 2, 2)), InvalidArgument);  // padding = kernel
+  CHECK_THROWS_AS(ops::pool2d_forward(x, Pool2dParams{.dilation_h = 0}), InvalidArgument);
+  // dilation is CPU-only: the GPU refuses it by name rather than pooling contiguous windows
+  CHECK_THROWS_AS(ops::pool2d_forward(x, Pool2dParams::max(2, 1, 1, 2)), NotImplemented);
+  CHECK_THROWS_AS(kernels::pool2d_backward(x, wrong, Pool2dParams::max(2, 1, 1, 2), wrong), NotImplemented);
   // batch-norm inference: [C] vectors of the wrong size
   auto [g, gr] = random_pair<float>({4}, rng, Layout::row_major);
   auto yb = poisoned<float>({2, 3, 8, 8}, Layout::nchw);

@@ -16,42 +16,59 @@ namespace cutrain::inline CUTRAIN_ABI::cpu {
 
 namespace detail {
 struct PoolGeometry {
-  std::int64_t planes, h, w, oh, ow, kh, kw, sh, sw, pt, pb, pl, pr;
+  std::int64_t planes, h, w, oh, ow, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw;
 };
 
 inline PoolGeometry pool_geometry(const Shape& x, const Pool2dParams& p) {
   const Shape y = pool2d_output_shape(x, p);
   return {x[0] * x[1], x[2], x[3], y[2], y[3], p.kernel_h, p.kernel_w, p.effective_stride_h(),
-          p.effective_stride_w(), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right};
+          p.effective_stride_w(), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, p.dilation_h, p.dilation_w};
 }
 
-// The part of output (i, j)'s window that lies inside the input: rows [h0, h1), columns [w0, w1);
-// `divisor` is what an average divides by.
+// The taps of output (i, j)'s window that lie inside the input: rows h0, h0 + dh, ... (nh of
+// them), columns w0, w0 + dw, ... (nw); `divisor` is what an average divides by.
 struct PoolWindow {
-  std::int64_t h0, h1, w0, w1, divisor;
+  std::int64_t h0, nh, dh, w0, nw, dw, divisor;
+  std::int64_t row(std::int64_t a) const { return h0 + a * dh; }
+  std::int64_t col(std::int64_t b) const { return w0 + b * dw; }
 };
 
+// Of the kernel taps start, start + d, ...: the first inside [0, in) and how many are inside
+// [0, in) (taps), and how many are inside [.., in + pad_hi) (padded: those count_include_pad counts).
+struct PoolTaps {
+  std::int64_t first, taps, padded;
+};
+
+inline PoolTaps pool_taps(std::int64_t start, std::int64_t kernel, std::int64_t d, std::int64_t in,
+                          std::int64_t pad_hi) {
+  const std::int64_t t0 = start >= 0 ? 0 : (-start + d - 1) / d;
+  // taps t with start + t d < limit: t < ceil((limit - start) / d)
+  auto below = [&](std::int64_t limit) { return std::min(kernel, std::max<std::int64_t>(0, (limit - start + d - 1) / d)); };
+  const std::int64_t t1 = below(in);
+  return {start + t0 * d, std::max<std::int64_t>(0, t1 - t0), below(in + pad_hi)};
+}
+
 inline PoolWindow pool_window(const PoolGeometry& g, const Pool2dParams& p, std::int64_t i, std::int64_t j) {
-  const std::int64_t hs = i * g.sh - g.pt, ws = j * g.sw - g.pl;
+  const PoolTaps r = pool_taps(i * g.sh - g.pt, g.kh, g.dh, g.h, g.pb);
+  const PoolTaps c = pool_taps(j * g.sw - g.pl, g.kw, g.dw, g.w, g.pr);
   // count_include_pad counts the padding but not the ceil-mode overhang past it, as PyTorch.
-  const std::int64_t padded = (std::min(hs + g.kh, g.h + g.pb) - hs) * (std::min(ws + g.kw, g.w + g.pr) - ws);
-  PoolWindow win{std::max<std::int64_t>(hs, 0), std::min(hs + g.kh, g.h), std::max<std::int64_t>(ws, 0),
-                 std::min(ws + g.kw, g.w), 0};
-  win.divisor = p.count_include_pad ? padded : (win.h1 - win.h0) * (win.w1 - win.w0);
-  return win;
+  return {r.first, r.taps, g.dh, c.first, c.taps, g.dw,
+          p.count_include_pad ? r.padded * c.padded : r.taps * c.taps};
 }
 
 // Offset (within a plane) of the window's maximum: the first one in row-then-column order, or the
-// first NaN. Padding acts as -inf, and every valid window holds at least one input element.
+// first NaN. Padding acts as -inf, and every valid window holds at least one input element
+// (pool2d_output_shape refuses the others).
 template <class T>
 std::int64_t pool_argmax(const T* plane, std::int64_t w, const PoolWindow& win) {
   std::int64_t best = win.h0 * w + win.w0;
   if (std::isnan(plane[best])) return best;
-  for (std::int64_t r = win.h0; r < win.h1; ++r)
-    for (std::int64_t c = win.w0; c < win.w1; ++c) {
-      const T v = plane[r * w + c];
-      if (std::isnan(v)) return r * w + c;
-      if (v > plane[best]) best = r * w + c;
+  for (std::int64_t a = 0; a < win.nh; ++a)
+    for (std::int64_t b = 0; b < win.nw; ++b) {
+      const std::int64_t o = win.row(a) * w + win.col(b);
+      const T v = plane[o];
+      if (std::isnan(v)) return o;
+      if (v > plane[best]) best = o;
     }
   return best;
 }
@@ -74,8 +91,8 @@ Tensor<T> pool2d_forward(const Tensor<T>& x, const Pool2dParams& p) {
           out[i * g.ow + j] = plane[detail::pool_argmax(plane, g.w, win)];
         } else {
           T sum = 0;
-          for (std::int64_t r = win.h0; r < win.h1; ++r)
-            for (std::int64_t c = win.w0; c < win.w1; ++c) sum += plane[r * g.w + c];
+          for (std::int64_t a = 0; a < win.nh; ++a)
+            for (std::int64_t b = 0; b < win.nw; ++b) sum += plane[win.row(a) * g.w + win.col(b)];
           out[i * g.ow + j] = sum / static_cast<T>(win.divisor);
         }
       }
@@ -107,8 +124,8 @@ Tensor<T> pool2d_backward(const Tensor<T>& x, const Tensor<T>& /*y*/, const Tens
           dplane[detail::pool_argmax(plane, g.w, win)] += d;
         } else {
           const T share = d / static_cast<T>(win.divisor);
-          for (std::int64_t r = win.h0; r < win.h1; ++r)
-            for (std::int64_t c = win.w0; c < win.w1; ++c) dplane[r * g.w + c] += share;
+          for (std::int64_t a = 0; a < win.nh; ++a)
+            for (std::int64_t b = 0; b < win.nw; ++b) dplane[win.row(a) * g.w + win.col(b)] += share;
         }
       }
   }

@@ -1,5 +1,6 @@
 // 2-d pooling parameters and output shape, shared by the CPU and CUDA backends.
-// Semantics follow PyTorch's max_pool2d / avg_pool2d, with padding allowed to differ per side.
+// Semantics follow PyTorch's max_pool2d / avg_pool2d, with padding allowed to differ per side and
+// to reach kernel - 1 (PyTorch: kernel / 2), and dilation for both modes (PyTorch: max only).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -31,10 +32,14 @@ struct Pool2dParams {
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   bool count_include_pad = true;  // average only: divide by the window size inside the padded input
   bool ceil_mode = false;
+  // Window taps dilation apart: a window covers dilation (kernel - 1) + 1 input rows/columns. At
+  // the end so that older designated initializers still compile.
+  int dilation_h = 1, dilation_w = 1;
 
-  static Pool2dParams max(int kernel, int stride = 0, int pad = 0) {
+  static Pool2dParams max(int kernel, int stride = 0, int pad = 0, int dilation = 1) {
     return {.mode = PoolMode::max, .kernel_h = kernel, .kernel_w = kernel, .stride_h = stride, .stride_w = stride,
-            .pad_top = pad, .pad_bottom = pad, .pad_left = pad, .pad_right = pad};
+            .pad_top = pad, .pad_bottom = pad, .pad_left = pad, .pad_right = pad, .dilation_h = dilation,
+            .dilation_w = dilation};
   }
   static Pool2dParams average(int kernel, int stride = 0, int pad = 0, bool count_include_pad = true) {
     return {.mode = PoolMode::average, .kernel_h = kernel, .kernel_w = kernel, .stride_h = stride,
@@ -44,6 +49,9 @@ struct Pool2dParams {
 
   int effective_stride_h() const { return stride_h > 0 ? stride_h : kernel_h; }
   int effective_stride_w() const { return stride_w > 0 ? stride_w : kernel_w; }
+  // The extent a window spans in the padded input.
+  std::int64_t span_h() const { return std::int64_t{dilation_h} * (kernel_h - 1) + 1; }
+  std::int64_t span_w() const { return std::int64_t{dilation_w} * (kernel_w - 1) + 1; }
 };
 
 inline std::ostream& operator<<(std::ostream& os, const Pool2dParams& p) {
@@ -51,6 +59,7 @@ inline std::ostream& operator<<(std::ostream& os, const Pool2dParams& p) {
      << p.stride_w << " pad t" << p.pad_top << " b" << p.pad_bottom << " l" << p.pad_left << " r" << p.pad_right;
   if (p.mode == PoolMode::average) os << (p.count_include_pad ? " count_include_pad" : " exclude_pad");
   if (p.ceil_mode) os << " ceil_mode";
+  if (p.dilation_h != 1 || p.dilation_w != 1) os << " dilation " << p.dilation_h << "x" << p.dilation_w;
   return os << "}";
 }
 
@@ -65,6 +74,20 @@ inline std::int64_t pool_out_size(std::int64_t in, std::int64_t kernel, std::int
   std::int64_t out = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
   if (ceil_mode && (out - 1) * stride >= in + pad_lo) --out;
   return out;
+}
+
+// The first output index in [0, out) whose window taps (start = i stride - pad_lo, then every
+// dilation, kernel of them) all miss [0, in); -1 when there is none. At dilation 1 there never is
+// one (padding < kernel), so it is not looked for.
+inline std::int64_t pool_empty_window(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t dilation,
+                                      std::int64_t stride, std::int64_t pad_lo) {
+  if (dilation == 1) return -1;
+  for (std::int64_t i = 0; i < out; ++i) {
+    const std::int64_t start = i * stride - pad_lo;
+    const std::int64_t t0 = start >= 0 ? 0 : (-start + dilation - 1) / dilation;  // first tap at row >= 0
+    if (t0 >= kernel || start + t0 * dilation >= in) return i;
+  }
+  return -1;
 }
 }  // namespace detail
 
@@ -81,19 +104,30 @@ inline Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p, std::str
                   "stride must be non-negative (0 means the kernel size), got ", p.stride_h, "x", p.stride_w);
   CUTRAIN_REQUIRE(p.pad_top >= 0 && p.pad_bottom >= 0 && p.pad_left >= 0 && p.pad_right >= 0, InvalidArgument, op,
                   "padding must be non-negative, got ", p);
-  // PyTorch's rule: a window must never lie wholly in the padding.
-  CUTRAIN_REQUIRE(p.pad_top <= p.kernel_h / 2 && p.pad_bottom <= p.kernel_h / 2, InvalidArgument, op,
-                  "padding must be at most half the kernel (PyTorch's rule): pad_top ", p.pad_top, ", pad_bottom ",
-                  p.pad_bottom, " with kernel_h ", p.kernel_h);
-  CUTRAIN_REQUIRE(p.pad_left <= p.kernel_w / 2 && p.pad_right <= p.kernel_w / 2, InvalidArgument, op,
-                  "padding must be at most half the kernel (PyTorch's rule): pad_left ", p.pad_left, ", pad_right ",
-                  p.pad_right, " with kernel_w ", p.kernel_w);
-  const std::int64_t oh = detail::pool_out_size(x[2], p.kernel_h, p.effective_stride_h(), p.pad_top, p.pad_bottom,
+  CUTRAIN_REQUIRE(p.dilation_h >= 1 && p.dilation_w >= 1, InvalidArgument, op, "dilation must be at least 1, got ",
+                  p.dilation_h, "x", p.dilation_w, " for input ", x);
+  // Padding of a whole kernel or more would put whole windows in the padding even at dilation 1.
+  CUTRAIN_REQUIRE(p.pad_top < p.kernel_h && p.pad_bottom < p.kernel_h, InvalidArgument, op,
+                  "padding must be smaller than the kernel: pad_top ", p.pad_top, ", pad_bottom ", p.pad_bottom,
+                  " with kernel_h ", p.kernel_h, " for input ", x);
+  CUTRAIN_REQUIRE(p.pad_left < p.kernel_w && p.pad_right < p.kernel_w, InvalidArgument, op,
+                  "padding must be smaller than the kernel: pad_left ", p.pad_left, ", pad_right ", p.pad_right,
+                  " with kernel_w ", p.kernel_w, " for input ", x);
+  const std::int64_t oh = detail::pool_out_size(x[2], p.span_h(), p.effective_stride_h(), p.pad_top, p.pad_bottom,
                                                 p.ceil_mode);
-  const std::int64_t ow = detail::pool_out_size(x[3], p.kernel_w, p.effective_stride_w(), p.pad_left, p.pad_right,
+  const std::int64_t ow = detail::pool_out_size(x[3], p.span_w(), p.effective_stride_w(), p.pad_left, p.pad_right,
                                                 p.ceil_mode);
   CUTRAIN_REQUIRE(oh > 0 && ow > 0, InvalidArgument, op, "output size would be ", oh, "x", ow, " for input ", x,
                   " with ", p, ": the kernel is larger than the padded input");
+  // With padding below the kernel, a window at dilation 1 always holds an input element; dilated
+  // taps can all fall in the padding (and skip the input). Such a window has no maximum and no
+  // average over real elements: refused, naming the first one (PyTorch refuses these configs).
+  const std::int64_t eh = detail::pool_empty_window(x[2], oh, p.kernel_h, p.dilation_h, p.effective_stride_h(), p.pad_top);
+  CUTRAIN_REQUIRE(eh < 0, InvalidArgument, op, "output row ", eh, " of ", oh, ": its window's taps all lie in the padding (",
+                  "no input element) for input ", x, " with ", p, "; reduce the padding or the dilation");
+  const std::int64_t ew = detail::pool_empty_window(x[3], ow, p.kernel_w, p.dilation_w, p.effective_stride_w(), p.pad_left);
+  CUTRAIN_REQUIRE(ew < 0, InvalidArgument, op, "output column ", ew, " of ", ow, ": its window's taps all lie in the ",
+                  "padding (no input element) for input ", x, " with ", p, "; reduce the padding or the dilation");
   const Shape y{x[0], x[1], oh, ow};
   CUTRAIN_REQUIRE(shape_fits(y, 8), InvalidArgument, op, "output shape ", y, " for input ", x, " with ", p,
                   " is too large: its byte count overflows int64");

@@ -108,6 +108,10 @@ struct PoolDims {
 // arithmetic cannot overflow.
 inline PoolDims pool_dims(std::string_view op, const Shape& x, const Pool2dParams& p) {
   const Shape y = pool2d_output_shape(x, p, op);
+  // The kernels walk contiguous windows; a dilated window is CPU-only for now.
+  CUTRAIN_REQUIRE(p.dilation_h == 1 && p.dilation_w == 1, NotImplemented, op,
+                  "the GPU pooling kernels have no dilation yet: input ", x, " with ", p,
+                  " (run it on the CPU backend, or pool with dilation 1)");
   const std::int64_t sh = p.effective_stride_h(), sw = p.effective_stride_w();
   constexpr std::int64_t limit = std::int64_t{1} << 30;
   CUTRAIN_REQUIRE(x[2] + p.pad_top + p.pad_bottom + p.kernel_h + sh < limit &&
