@@ -29,11 +29,13 @@ struct Pool2dOptions {
   int padding = 0;
   bool count_include_pad = true;  // AvgPool2d only
   bool ceil_mode = false;
+  int dilation = 1;  // spacing of a window's taps (CPU only for now, docs/ops/pooling.md)
 };
 
 struct MaxPool2d {
   Pool2dParams params;
-  explicit MaxPool2d(const Pool2dOptions& o = {}) : params(Pool2dParams::max(o.kernel, o.stride, o.padding)) {
+  explicit MaxPool2d(const Pool2dOptions& o = {})
+      : params(Pool2dParams::max(o.kernel, o.stride, o.padding, o.dilation)) {
     params.ceil_mode = o.ceil_mode;
   }
   template <class T>
@@ -45,6 +47,7 @@ struct AvgPool2d {
   explicit AvgPool2d(const Pool2dOptions& o = {})
       : params(Pool2dParams::average(o.kernel, o.stride, o.padding, o.count_include_pad)) {
     params.ceil_mode = o.ceil_mode;
+    params.dilation_h = params.dilation_w = o.dilation;
   }
   template <class T>
   autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::pool2d(x, params); }
