@@ -5,10 +5,13 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "cutrain/cuda/kernels/activation_cuh.hpp"
 #include "cutrain/cuda/kernels/batch_norm_inference_cuh.hpp"
+#include "cutrain/cuda/kernels/batch_norm_train_cuh.hpp"
 #include "cutrain/cuda/kernels/bias_grad_cuh.hpp"
 #include "cutrain/cuda/kernels/cast_cuh.hpp"
 #include "cutrain/cuda/kernels/copy_cuh.hpp"
@@ -94,6 +97,21 @@ inline Program batch_norm_inference(std::string_view t) {
                        "cutrain_batch_norm_inference_planes", "cutrain_batch_norm_inference_planes_vec"});
 }
 
+// Activations over n elements laid out alike, forward and backward, with the semantics of
+// cpu/activation.hpp in f32: where cuDNN has no engine for the pointwise node (tiny tensors).
+inline Program activation(std::string_view t) {
+  return make_program("activation", source::activation, {{"T", t}},
+                      {"cutrain_activation_forward", "cutrain_activation_backward"});
+}
+
+// Batch-norm training forward (with a fused activation) and backward, x seen as [N, C, S] with
+// its own strides, one block per channel: where cuDNN has no engine (odd channel counts). The
+// text is activation.cuh followed by batch_norm_train.cuh.
+inline Program batch_norm_train(std::string_view t) {
+  return make_program("batch_norm_train", std::string(source::activation) + std::string(source::batch_norm_train),
+                      {{"T", t}}, {"cutrain_batch_norm_train_forward", "cutrain_batch_norm_train_backward"});
+}
+
 // Strided copy (the host passes core/storage.hpp's StridedCopy::Dims as cutrain_copy_args):
 // element i of the logical row-major order goes from src + sum(c_d * src_d) to
 // dst + sum(c_d * dst_d), c its multi-index; one kernel per element size.
@@ -135,6 +153,8 @@ inline std::vector<Program> all_programs() {
     all.push_back(programs::batch_norm_inference(t));
     all.push_back(programs::softmax(t));
     all.push_back(programs::reduce(t));
+    all.push_back(programs::activation(t));
+    all.push_back(programs::batch_norm_train(t));
     for (std::string_view u : device_types) all.push_back(programs::cast(t, u));
   }
   return all;
