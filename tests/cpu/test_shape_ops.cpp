@@ -254,3 +254,21 @@ TEST_CASE("bad input: shape ops", "[shape_ops][bad_input]") {
                            [&] { autograd::concat<float>({Var<float>(a.view()), Var<float>()}); }),
   });
 }
+
+TEST_CASE("docs example: an embedding lookup, split and joined again", "[shape_ops][autograd]") {
+  Rng rng(0);
+  auto table = autograd::parameter(Tensor<float>::randn({1000, 64}, rng, 0.02));
+  auto ids = Tensor<std::int32_t>::from_vector({5, 17, 5, 999}, {4});
+  auto emb = autograd::index_select(table, 0, ids);
+  auto halves = autograd::split(emb, std::int64_t{32}, 1);
+  auto joined = autograd::concat<float>({halves[1], halves[0]}, 1);
+  CHECK(joined.value()(0, 0) == table.value()(5, 32));
+  CHECK(joined.value()(3, 40) == table.value()(999, 8));
+  autograd::sum(joined).backward();
+  const Tensor<float>& g = table.grad();
+  CHECK(g(5, 0) == 2);
+  CHECK(g(17, 63) == 1);
+  CHECK(g(999, 10) == 1);
+  CHECK(g(0, 0) == 0);
+  CHECK(g(998, 5) == 0);
+}

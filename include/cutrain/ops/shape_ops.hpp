@@ -17,6 +17,10 @@
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/core/view.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/kernels/copy.hpp"  // installs the device path of Tensor::copy_from
+#endif
+
 namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
