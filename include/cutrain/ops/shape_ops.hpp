@@ -154,7 +154,7 @@ std::vector<Tensor<T>> split(const Tensor<T>& x, const std::vector<std::int64_t>
 }
 
 // The sizes that split x's dim of size n into pieces of `size` (> 0), the last one smaller when
-// size does not divide n; none when n is 0 (PyTorch returns one empty piece: so do we).
+// size does not divide n; one empty piece when n is 0, as PyTorch.
 inline std::vector<std::int64_t> split_sizes(std::string_view op, std::int64_t n, std::int64_t size) {
   CUTRAIN_REQUIRE(size > 0, InvalidArgument, op, "the piece size must be positive, got ", size);
   std::vector<std::int64_t> sizes;
