@@ -12,5 +12,6 @@
 #include "cutrain/autograd/functions/norm_activation.hpp"
 #include "cutrain/autograd/functions/record.hpp"
 #include "cutrain/autograd/functions/reduce.hpp"
+#include "cutrain/autograd/functions/shape_ops.hpp"
 #include "cutrain/autograd/functions/view.hpp"
 #include "cutrain/autograd/var.hpp"

@@ -18,6 +18,7 @@
 #include "cutrain/cuda/kernels/cross_entropy_cuh.hpp"
 #include "cutrain/cuda/kernels/dropout_cuh.hpp"
 #include "cutrain/cuda/kernels/elementwise_cuh.hpp"
+#include "cutrain/cuda/kernels/index_cuh.hpp"
 #include "cutrain/cuda/kernels/optim_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_cuh.hpp"
 #include "cutrain/cuda/kernels/program.hpp"
@@ -138,6 +139,16 @@ inline Program reduce(std::string_view t) {
                        "cutrain_reduce_var_backward", "cutrain_reduce_norm_backward"});
 }
 
+// index_select and gather over strided tensors (rank <= 8) with int32 indices, forward (a copy
+// per element) and backward (each dx element adds, in f32 and in index order, the dy elements
+// whose index names it: deterministic), and the range check of an index (a count of the bad
+// values and one of them, for the host to read back).
+inline Program index(std::string_view t) {
+  return make_program("index", source::index, {{"T", t}},
+                      {"cutrain_index_select", "cutrain_gather", "cutrain_index_select_backward",
+                       "cutrain_gather_backward", "cutrain_index_check"});
+}
+
 }  // namespace programs
 
 // Every instantiation the CUDA backend can load: what the NVRTC compile test builds.
@@ -155,6 +166,7 @@ inline std::vector<Program> all_programs() {
     all.push_back(programs::reduce(t));
     all.push_back(programs::activation(t));
     all.push_back(programs::batch_norm_train(t));
+    all.push_back(programs::index(t));
     for (std::string_view u : device_types) all.push_back(programs::cast(t, u));
   }
   return all;
