@@ -129,6 +129,14 @@ void matmul_into(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<T>& 
                   InvalidArgument, op, "cuda::cublas::matmul_into wants a, b, c and y of one rank >= 2, got a ",
                   a_in.describe(), ", b ", b_in.describe(), ", y ", y.describe());
   const std::int64_t m = y.dim(r - 2), n = y.dim(r - 1), k = a_in.dim(r - 1);
+  {
+    std::vector<std::int64_t> sa = y.shape().dims(), sb = y.shape().dims();
+    sa.back() = k;
+    sb[static_cast<std::size_t>(r - 2)] = k;
+    cutrain::check::shape(op, a_in, Shape(sa), "a");
+    cutrain::check::shape(op, b_in, Shape(sb), "b");
+    if (c_in.defined()) cutrain::check::shape(op, c_in, y.shape(), "c");
+  }
   const Device dev = c_in.defined() ? cutrain::check::same_device(op, a_in, b_in, c_in, y)
                                     : cutrain::check::same_device(op, a_in, b_in, y);
   CUTRAIN_REQUIRE(dev.is_cuda(), DeviceError, op, "cuda::cublas needs CUDA tensors, got a ", a_in.describe());
