@@ -17,6 +17,7 @@
 #include "cutrain/ops/index.hpp"
 #include "cutrain/ops/layer_norm.hpp"
 #include "cutrain/ops/linear.hpp"
+#include "cutrain/ops/matmul.hpp"
 #include "cutrain/ops/pool2d.hpp"
 #include "cutrain/ops/reduce.hpp"
 #include "cutrain/ops/shape_ops.hpp"
