@@ -23,6 +23,7 @@ enum class GraphOp : std::uint8_t {
   conv_fprop,
   conv_dgrad,
   conv_wgrad,
+  conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add
   batch_norm_forward_training,
   batch_norm_backward,
   layer_norm_forward,
@@ -34,7 +35,7 @@ enum class GraphOp : std::uint8_t {
 // What the autotuner needs to know of an op: convolutions are tuned by default.
 constexpr autotune::GraphFamily family(GraphOp op) {
   switch (op) {
-    case GraphOp::conv_fprop: case GraphOp::conv_dgrad: case GraphOp::conv_wgrad:
+    case GraphOp::conv_fprop: case GraphOp::conv_dgrad: case GraphOp::conv_wgrad: case GraphOp::conv_dgrad_bias:
       return autotune::GraphFamily::convolution;
     case GraphOp::activation_forward: case GraphOp::activation_backward:
       return autotune::GraphFamily::pointwise;
