@@ -23,13 +23,13 @@ enum class GraphOp : std::uint8_t {
   conv_fprop,
   conv_dgrad,
   conv_wgrad,
-  conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add
   batch_norm_forward_training,
   batch_norm_backward,
   layer_norm_forward,
   layer_norm_backward,
   activation_forward,
   activation_backward,
+  conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add (last: keeps the others' values)
 };
 
 // What the autotuner needs to know of an op: convolutions are tuned by default.
