@@ -10,6 +10,7 @@
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/conv2d.hpp"
+#include "cutrain/ops/conv_transpose2d.hpp"
 #include "cutrain/ops/cross_entropy.hpp"
 #include "cutrain/ops/dropout.hpp"
 #include "cutrain/ops/elementwise.hpp"

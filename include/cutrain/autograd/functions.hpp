@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cutrain/autograd/functions/conv_pool.hpp"
+#include "cutrain/autograd/functions/conv_transpose.hpp"
 #include "cutrain/autograd/functions/elementwise.hpp"
 #include "cutrain/autograd/functions/linear_loss.hpp"
 #include "cutrain/autograd/functions/matmul.hpp"
