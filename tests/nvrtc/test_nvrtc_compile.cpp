@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"
