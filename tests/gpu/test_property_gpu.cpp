@@ -306,6 +306,68 @@ void property_suite(int cases_per_op) {
           tallies["pool2d"], label("pool2d", x) + cutrain::detail::cat(" k", k, " s", st, " p", pad), tol,
           [&] { return refs<T>(ops::pool2d_forward(x.ref, p)); }, [&] { return outs<T>(ops::pool2d_forward(x.x, p)); });
     }
+    {  // matmul with batch dims that broadcast, each operand its own view (transposes included)
+      const Shape batch = random_shape(rng, 0, 2);
+      const std::int64_t m = random_size(rng), k = random_size(rng), n = random_size(rng);
+      std::vector<std::int64_t> ad = batch.dims(), bd = batch.dims();
+      for (std::size_t d = 0; d < bd.size(); ++d)
+        if (rng.below(3) == 0) bd[d] = 1;  // broadcast b over this batch dim
+      if (rng.below(3) == 0) bd.clear();   // or over all of them
+      ad.insert(ad.end(), {m, k});
+      bd.insert(bd.end(), {k, n});
+      const Input<T> a = random_input<T>(Shape(ad), rng), b = random_input<T>(Shape(bd), rng);
+      std::vector<std::int64_t> yd = batch.dims();
+      yd.insert(yd.end(), {m, n});
+      const Input<T> dy = random_input<T>(Shape(yd), rng);
+      const double mm_tol = tol * std::max(1.0, std::sqrt(static_cast<double>(k) / 16));
+      run_case<T>(
+          tallies["matmul"], label("matmul", a) + cutrain::detail::cat(" and b ", b.x.shape(), " as ", b.how), mm_tol,
+          [&] {
+            auto g = ops::matmul_backward(a.ref, b.ref, dy.ref);
+            std::vector<Tensor<double>> v;
+            v.push_back(ops::matmul(a.ref, b.ref));
+            v.push_back(std::move(g.da));
+            v.push_back(std::move(g.db));
+            return v;
+          },
+          [&] {
+            auto g = ops::matmul_backward(a.x, b.x, dy.x);
+            std::vector<Tensor<T>> v;
+            v.push_back(ops::matmul(a.x, b.x));
+            v.push_back(std::move(g.da));
+            v.push_back(std::move(g.db));
+            return v;
+          });
+    }
+    {  // concat of two views along a random dim, index_select along another
+      const Shape s = random_shape(rng, 1, 4);
+      const int d = static_cast<int>(rng.below(static_cast<std::uint64_t>(s.rank())));
+      std::vector<std::int64_t> other = s.dims();
+      other[static_cast<std::size_t>(d)] = random_size(rng);
+      const Input<T> a = random_input<T>(s, rng), b = random_input<T>(Shape(other), rng);
+      const std::int64_t len = s[d];
+      std::vector<std::int32_t> idx(static_cast<std::size_t>(random_size(rng)));
+      for (auto& i : idx) i = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(len)));
+      Tensor<std::int32_t> index_host({static_cast<std::int64_t>(idx.size())});
+      index_host.assign(idx);
+      const auto index = index_host.to(Device::cuda(0));
+      run_case<T>(
+          tallies["concat/index_select"], label("concat/index_select", a) + cutrain::detail::cat(" dim ", d), tol,
+          [&] {
+            std::vector<Tensor<double>> v;
+            v.push_back(ops::concat({&a.ref, &b.ref}, d));
+            v.push_back(ops::index_select(a.ref, d, index_host));
+            v.push_back(ops::index_select_backward(v.back(), a.ref.shape(), d, index_host));
+            return v;
+          },
+          [&] {
+            std::vector<Tensor<T>> v;
+            v.push_back(ops::concat({&a.x, &b.x}, d));
+            v.push_back(ops::index_select(a.x, d, index));
+            v.push_back(ops::index_select_backward(v.back(), a.x.shape(), d, index));
+            return v;
+          });
+    }
     {  // contiguous copies of the views themselves
       const Shape s = random_shape(rng, 1, 5);
       const Input<T> x = random_input<T>(s, rng);
