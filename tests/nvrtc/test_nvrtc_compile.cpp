@@ -64,10 +64,10 @@ TEST_CASE("every kernel program compiles with NVRTC for sm_90, without warnings"
 
 TEST_CASE("the kernel programs cover every dtype instantiation once") {
   const auto programs = all_programs();
-  // elementwise, dropout, cross_entropy, bias_grad, optim, pool2d, batch_norm_inference and
-  // softmax and reduce per dtype, a cast per dtype pair, and the strided copy (by element size,
+  // elementwise, broadcast, dropout, cross_entropy, bias_grad, optim, pool2d,
+  // batch_norm_inference, softmax and reduce per dtype, a cast per dtype pair, and the strided copy (by element size,
   // not dtype).
-  CHECK(programs.size() == 1 + 3 * 9 + 3 * 3);
+  CHECK(programs.size() == 1 + 3 * 10 + 3 * 3);
   std::set<std::string> names;
   for (const auto& p : programs) names.insert(p.name);
   CHECK(names.size() == programs.size());

@@ -133,11 +133,13 @@ template <class T> Tensor<T> minimum(const Tensor<T>& a, const Tensor<T>& b) { r
 template <class T> Tensor<T> maximum(const Tensor<T>& a, const Tensor<T>& b) { return binary(BinaryOp::maximum, a, b); }
 
 // Gradients of y = a op b for dy of y's (broadcast) shape: da of a's shape and db of b's, each
-// row-major, each a new tensor; one not asked for (need_a / need_b false) stays undefined.
+// row-major, each a new tensor; one not asked for (need_a / need_b false) stays undefined. op:
+// the name errors give (default: KIND_backward).
 template <class T>
 BinaryBackward<T> binary_backward(BinaryOp kind, const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& dy,
-                                  bool need_a = true, bool need_b = true) {
-  const std::string_view op = kind == BinaryOp::add ? "add_backward" : kind == BinaryOp::sub ? "sub_backward"
+                                  bool need_a = true, bool need_b = true, std::string_view op = {}) {
+  if (op.empty())
+    op = kind == BinaryOp::add ? "add_backward" : kind == BinaryOp::sub ? "sub_backward"
                               : kind == BinaryOp::mul ? "mul_backward" : kind == BinaryOp::div ? "div_backward"
                               : kind == BinaryOp::minimum ? "minimum_backward" : "maximum_backward";
   const Shape shape = detail::binary_shape(op, a, "a", b, "b");

@@ -105,7 +105,7 @@ BinaryBackward<T> multiply_backward(const Tensor<T>& a, const Tensor<T>& b, cons
   constexpr std::string_view op = "multiply_backward";
   check::defined(op, a, "a");
   check::defined(op, b, "b");
-  if (a.shape() != b.shape()) return binary_backward(BinaryOp::mul, a, b, dy);
+  if (a.shape() != b.shape()) return binary_backward(BinaryOp::mul, a, b, dy, true, true, op);
   detail::check_elementwise_pair(op, a, "a", b, "b");
   detail::check_elementwise_pair(op, a, "a", dy, "dy");
   return detail::dispatch<BinaryBackward<T>>(
