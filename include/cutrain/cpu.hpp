@@ -9,6 +9,7 @@
 #include "cutrain/data/idx.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/batch_norm.hpp"
+#include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/conv_transpose2d.hpp"
 #include "cutrain/ops/cross_entropy.hpp"

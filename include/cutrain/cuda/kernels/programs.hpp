@@ -13,6 +13,7 @@
 #include "cutrain/cuda/kernels/batch_norm_inference_cuh.hpp"
 #include "cutrain/cuda/kernels/batch_norm_train_cuh.hpp"
 #include "cutrain/cuda/kernels/bias_grad_cuh.hpp"
+#include "cutrain/cuda/kernels/broadcast_cuh.hpp"
 #include "cutrain/cuda/kernels/cast_cuh.hpp"
 #include "cutrain/cuda/kernels/copy_cuh.hpp"
 #include "cutrain/cuda/kernels/cross_entropy_cuh.hpp"
@@ -33,6 +34,15 @@ namespace programs {
 // add, multiply, scale over n contiguous elements laid out alike.
 inline Program elementwise(std::string_view t) {
   return make_program("elementwise", source::elementwise, {{"T", t}}, {"cutrain_add", "cutrain_multiply", "cutrain_scale"});
+}
+
+// Broadcasting elementwise ops (rank <= 8, every operand through its own strides): binary ops
+// and their local gradients, unary ops and their backward, u8 comparisons, where; the op code an
+// int argument (core/params/elementwise.hpp's enums). f32 arithmetic.
+inline Program broadcast(std::string_view t) {
+  return make_program("broadcast", source::broadcast, {{"T", t}},
+                      {"cutrain_bcast_binary", "cutrain_bcast_binary_grad", "cutrain_bcast_unary", "cutrain_bcast_unary_grad",
+                       "cutrain_bcast_compare", "cutrain_bcast_where", "cutrain_bcast_where_grad"});
 }
 
 // Element type conversion T -> U through f32 (exact for every T; U rounds to nearest even).
@@ -156,6 +166,7 @@ inline std::vector<Program> all_programs() {
   std::vector<Program> all{programs::copy()};
   for (std::string_view t : device_types) {
     all.push_back(programs::elementwise(t));
+    all.push_back(programs::broadcast(t));
     all.push_back(programs::dropout(t));
     all.push_back(programs::cross_entropy(t));
     all.push_back(programs::bias_grad(t));
