@@ -191,6 +191,45 @@ void property_suite(int cases_per_op) {
             return v;
           });
     }
+    {  // broadcasting binary ops (b: a's trailing dims, some of them 1) and unary ops
+      const Shape s = random_shape(rng, 1, 5);
+      std::vector<std::int64_t> bd(s.dims().begin() + static_cast<std::ptrdiff_t>(rng.below(static_cast<std::uint64_t>(s.rank()))),
+                                   s.dims().end());
+      for (auto& d : bd)
+        if (rng.below(3) == 0) d = 1;
+      const Input<T> a = random_input<T>(s, rng), b = random_input<T>(Shape(bd), rng), dy = random_input<T>(s, rng);
+      const auto bk = static_cast<BinaryOp>(rng.below(6));
+      const auto uk = static_cast<UnaryOp>(rng.below(7));
+      const double pw = uk == UnaryOp::pow ? std::vector<double>{2.0, 0.5, -1.0, 3.0}[rng.below(4)] : 0.0;
+      const bool swap = rng.below(2) == 1;  // b first: the broadcast input on the left
+      const Input<T>& l = swap ? b : a;
+      const Input<T>& r = swap ? a : b;
+      run_case<T>(
+          tallies["broadcast binary/unary"],
+          label("binary/unary", l) + cutrain::detail::cat(" ", to_string(bk), " b ", r.x.shape(), " as ", r.how, ", ",
+                                                           to_string(uk), " ", pw),
+          tol * 4,
+          [&] {
+            auto g = ops::binary_backward(bk, l.ref, r.ref, dy.ref);
+            std::vector<Tensor<double>> v;
+            v.push_back(ops::binary(bk, l.ref, r.ref));
+            v.push_back(std::move(g.da));
+            v.push_back(std::move(g.db));
+            v.push_back(ops::unary(uk, a.ref, pw));
+            v.push_back(ops::unary_backward(uk, a.ref, dy.ref, pw));
+            return v;
+          },
+          [&] {
+            auto g = ops::binary_backward(bk, l.x, r.x, dy.x);
+            std::vector<Tensor<T>> v;
+            v.push_back(ops::binary(bk, l.x, r.x));
+            v.push_back(std::move(g.da));
+            v.push_back(std::move(g.db));
+            v.push_back(ops::unary(uk, a.x, pw));
+            v.push_back(ops::unary_backward(uk, a.x, dy.x, pw));
+            return v;
+          });
+    }
     {  // reductions over a random set of axes
       const Shape s = random_shape(rng, 1, 5);
       const Input<T> x = random_input<T>(s, rng);
