@@ -139,16 +139,16 @@ void run_elementwise(benchmark::State& state, Elementwise what, Layout layout) {
   for (auto _ : state) {
     switch (what) {
       case Elementwise::bn_train:
-        ms = median_ms([&] { cuda::cudnn::batch_norm_forward_training(x, gamma, beta, rm, rv, bp, y, sm, si, nm, nv); });
+        ms = median_ms([&] { (void)cuda::cudnn::batch_norm_forward_training(x, gamma, beta, rm, rv, bp, y, sm, si, nm, nv); });
         break;
       case Elementwise::bn_relu_train:
         ms = median_ms([&] {
-          cuda::cudnn::batch_norm_forward_training(x, gamma, beta, rm, rv, bp, y, sm, si, nm, nv,
-                                                   {.kind = Activation::relu});
+          (void)cuda::cudnn::batch_norm_forward_training(x, gamma, beta, rm, rv, bp, y, sm, si, nm, nv,
+                                                         {.kind = Activation::relu});
         });
         break;
       case Elementwise::relu:
-        ms = median_ms([&] { cuda::cudnn::activation_forward(x, {.kind = Activation::relu}, y); });
+        ms = median_ms([&] { (void)cuda::cudnn::activation_forward(x, {.kind = Activation::relu}, y); });
         break;
     }
     state.SetIterationTime(ms / 1e3);

@@ -5,6 +5,7 @@
 #include "cutrain/autograd.hpp"
 #include "cutrain/nn/batch_norm.hpp"
 #include "cutrain/nn/conv2d.hpp"
+#include "cutrain/nn/conv_transpose2d.hpp"
 #include "cutrain/nn/init.hpp"
 #include "cutrain/nn/layer_norm.hpp"
 #include "cutrain/nn/layers.hpp"

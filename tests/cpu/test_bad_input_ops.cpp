@@ -335,6 +335,14 @@ std::vector<BadCase> autograd_cases() {
         x.value().fill(1.0f);
         y.backward();
       }),
+      bad<InvalidArgument>("an optimizer step between forward and backward", "backward", {"linear", "the tensor w", "modified in place"}, [] {
+        auto x = leaf({2, 3}), w = leaf({1, 3});
+        autograd::linear(x, w).backward(ones({2, 1}));  // w has a gradient now
+        auto y = autograd::linear(x, w);
+        optim::SGD<float> opt({w}, {.lr = 0.1});
+        opt.step();
+        y.backward(ones({2, 1}));
+      }),
       bad<InvalidArgument>("conv2d's w filled", "backward", {"conv2d", "the tensor w", "modified in place"}, [] {
         auto w = leaf({1, 1, 1, 1});
         auto y = autograd::conv2d(leaf({1, 1, 2, 2}), w, Var<float>{}, conv(1, 0));

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"
@@ -64,13 +65,17 @@ TEST_CASE("every kernel program compiles with NVRTC for sm_90, without warnings"
 
 TEST_CASE("the kernel programs cover every dtype instantiation once") {
   const auto programs = all_programs();
-  // elementwise, dropout, cross_entropy, bias_grad, optim, pool2d, batch_norm_inference and
-  // softmax and reduce per dtype, a cast per dtype pair, and the strided copy (by element size,
-  // not dtype).
-  CHECK(programs.size() == 1 + 3 * 9 + 3 * 3);
+  // One instantiation per dtype of each of these, a cast per dtype pair, and the strided copy
+  // (by element size, not dtype).
+  const std::vector<std::string> per_dtype = {"elementwise", "dropout", "cross_entropy", "bias_grad", "optim",
+                                              "pool2d", "batch_norm_inference", "softmax", "reduce", "activation",
+                                              "batch_norm_train", "index", "broadcast"};
+  CHECK(programs.size() == 1 + 3 * per_dtype.size() + 3 * 3);
   std::set<std::string> names;
   for (const auto& p : programs) names.insert(p.name);
   CHECK(names.size() == programs.size());
+  for (const auto& name : per_dtype)
+    for (const char* t : {"float", "cutrain_bf16", "cutrain_f16"}) CHECK(names.count(name + "_" + t) == 1);
   CHECK(names.count("cast_cutrain_bf16_cutrain_f16") == 1);
   CHECK(names.count("optim_cutrain_f16") == 1);
   CHECK(names.count("copy") == 1);

@@ -6,12 +6,16 @@
 // The ops live in autograd/functions/, one file per family; this header includes them all.
 #pragma once
 
+#include "cutrain/autograd/functions/broadcast.hpp"
 #include "cutrain/autograd/functions/conv_pool.hpp"
+#include "cutrain/autograd/functions/conv_transpose.hpp"
 #include "cutrain/autograd/functions/elementwise.hpp"
 #include "cutrain/autograd/functions/linear_loss.hpp"
+#include "cutrain/autograd/functions/matmul.hpp"
 #include "cutrain/autograd/functions/norm_activation.hpp"
 #include "cutrain/autograd/functions/record.hpp"
 #include "cutrain/autograd/functions/reduce.hpp"
+#include "cutrain/autograd/functions/shape_ops.hpp"
 #include "cutrain/autograd/functions/softmax.hpp"
 #include "cutrain/autograd/functions/view.hpp"
 #include "cutrain/autograd/var.hpp"

@@ -128,6 +128,12 @@ class Tensor {
   // Bumped by every in-place write through this API (fill, assign, copy_from), shared by views:
   // autograd checks that what it saved is unchanged when backward runs.
   std::uint64_t version() const { return storage_ ? storage_->version() : 0; }
+  // Records an in-place write made through data() or a kernel (optimizer steps call it), so that
+  // autograd sees it as it sees fill, assign and copy_from.
+  void bump_version() {
+    require_defined("Tensor::bump_version");
+    storage_->bump_version();
+  }
   const Shape& shape() const { return shape_; }
   int rank() const { return shape_.rank(); }
   std::int64_t dim(int i) const {

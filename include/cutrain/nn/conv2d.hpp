@@ -14,6 +14,7 @@ namespace cutrain::inline CUTRAIN_ABI::nn {
 struct Conv2dOptions {
   std::int64_t in = 0, out = 0;
   int kernel = 3, stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool same_padding = false;  // padding 'same' (needs stride 1 and padding 0): see conv2d_same_padding
   bool bias = true;
   Init init = Init::kaiming_uniform;
   std::uint64_t seed = 0;
@@ -45,7 +46,7 @@ class Conv2d : public Module<Conv2d<T>, T> {
   Var<T> weight, bias;  // bias undefined without .bias
 
  private:
-  Conv2d(const Conv2dOptions& o, Rng* rng) : opts_(o), params_(Conv2dParams::make(o.stride, o.padding, o.dilation, o.groups)) {
+  Conv2d(const Conv2dOptions& o, Rng* rng) : opts_(o), params_(make_params(o)) {
     CUTRAIN_REQUIRE(o.in > 0 && o.out > 0 && o.kernel > 0 && o.groups > 0 && o.in % o.groups == 0 &&
                         o.out % o.groups == 0,
                     InvalidArgument, "nn::Conv2d", "need in, out, kernel, groups > 0 with groups dividing in and out, got in ",
@@ -61,6 +62,10 @@ class Conv2d : public Module<Conv2d<T>, T> {
     const Shape ws{o.out, o.in / o.groups, o.kernel, o.kernel};
     weight = autograd::parameter(init::make<T>(ws, o.init, o.in / o.groups * k2, o.out / o.groups * k2, r));
     if (o.bias) bias = autograd::parameter(Tensor<T>::zeros(Shape{o.out}));
+  }
+  static Conv2dParams make_params(const Conv2dOptions& o) {
+    const Conv2dParams p = Conv2dParams::make(o.stride, o.padding, o.dilation, o.groups);
+    return o.same_padding ? conv2d_same_padding(o.kernel, o.kernel, p, "nn::Conv2d") : p;
   }
   Conv2dOptions opts_;
   Conv2dParams params_;

@@ -8,6 +8,7 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cudnn/activation.hpp"
+#include "cutrain/cuda/kernels/activation.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::ops {
@@ -22,7 +23,8 @@ Tensor<T> activation_forward(const Tensor<T>& x, const ActivationParams& a) {
       CUTRAIN_IF_CUDA([&](const auto& x) {
         const auto xs = x.contiguous(detail::elementwise_layout(x));
         Tensor<T> y = detail::device_output<T>(x.shape(), xs);
-        cuda::cudnn::activation_forward(xs, a, y);
+        // cuDNN's pointwise node; where it has no engine (tiny tensors), cutrain's kernel.
+        if (!cuda::cudnn::activation_forward(xs, a, y)) cuda::kernels::activation_forward(xs, a, y);
         return y;
       }),
       x);
@@ -40,7 +42,7 @@ Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Act
         const Layout l = detail::elementwise_layout(dy);
         const auto xs = x.contiguous(l), dys = dy.contiguous(l);
         Tensor<T> dx = detail::device_output<T>(x.shape(), dys);
-        cuda::cudnn::activation_backward(xs, dys, a, dx);
+        if (!cuda::cudnn::activation_backward(xs, dys, a, dx)) cuda::kernels::activation_backward(xs, dys, a, dx);
         return dx;
       }),
       x, dy);

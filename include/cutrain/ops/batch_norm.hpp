@@ -13,6 +13,7 @@
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cudnn/norm.hpp"
 #include "cutrain/cuda/kernels/batch_norm_inference.hpp"
+#include "cutrain/cuda/kernels/batch_norm_train.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::ops {
@@ -63,8 +64,11 @@ BatchNormForward<T, S> batch_norm_forward_training(const Tensor<T>& x, const Ten
         BatchNormForward<T, S> r{detail::device_output<T>(x.shape(), x), Tensor<S>(c, {.device = dev}),
                                  Tensor<S>(c, {.device = dev})};
         Tensor<S> next_mean(c, {.device = dev}), next_var(c, {.device = dev});
-        cuda::cudnn::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
-                                                 r.save_inv_std, next_mean, next_var);
+        // cuDNN's batchnorm node; where it has no engine (odd C), cutrain's kernel.
+        if (!cuda::cudnn::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
+                                                      r.save_inv_std, next_mean, next_var))
+          cuda::kernels::batch_norm_train_forward(x, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
+                                                  r.save_inv_std, next_mean, next_var);
         running_mean.copy_from(next_mean);
         running_var.copy_from(next_var);
         return r;
@@ -116,7 +120,8 @@ NormBackward<T, S> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, 
         const Device dev = x.device();
         NormBackward<T, S> r{detail::device_output<T>(x.shape(), dy), Tensor<S>(c, {.device = dev}),
                              Tensor<S>(c, {.device = dev})};
-        cuda::cudnn::batch_norm_backward(x, dy, gamma, mean, inv_std, r.dx, r.dgamma, r.dbeta);
+        if (!cuda::cudnn::batch_norm_backward(x, dy, gamma, mean, inv_std, r.dx, r.dgamma, r.dbeta))
+          cuda::kernels::batch_norm_train_backward(x, dy, gamma, mean, inv_std, r.dx, r.dgamma, r.dbeta);
         return r;
       }),
       x, dy, gamma, save_mean, save_inv_std);

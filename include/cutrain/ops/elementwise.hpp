@@ -1,4 +1,5 @@
-// add / multiply / scale and their backwards: dispatch on the tensors' device.
+// add / multiply / scale and their backwards: dispatch on the tensors' device. add and multiply
+// broadcast (NumPy rules): inputs of unequal shapes go to ops/broadcast.hpp.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -6,6 +7,7 @@
 #include <cmath>
 
 #include "cutrain/cpu/elementwise.hpp"
+#include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
@@ -29,11 +31,14 @@ inline void check_elementwise_alpha(std::string_view op, double alpha) {
 }
 }  // namespace detail
 
-// a + b; same shapes, any layouts; the output takes a's layout.
+// a + b, any layouts. Equal shapes: the output takes a's layout. Unequal ones broadcast
+// (ops::binary): a new tensor of the broadcast shape, row-major unless a has that shape.
 template <class T>
 Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
   constexpr std::string_view op = "add";
-  detail::check_elementwise_pair(op, a, "a", b, "b");
+  check::defined(op, a, "a");
+  check::defined(op, b, "b");
+  if (a.shape() != b.shape()) return binary(BinaryOp::add, a, b, op);
   return detail::dispatch<Tensor<T>>(
       op, [](const auto& a, const auto& b) { return cpu::add(a, b); },
       CUTRAIN_IF_CUDA([](const auto& a, const auto& b) {
@@ -44,11 +49,13 @@ Tensor<T> add(const Tensor<T>& a, const Tensor<T>& b) {
       a, b);
 }
 
-// a * b elementwise; the output takes a's layout.
+// a * b elementwise, as add (ops::mul is the same op under its short name).
 template <class T>
 Tensor<T> multiply(const Tensor<T>& a, const Tensor<T>& b) {
   constexpr std::string_view op = "multiply";
-  detail::check_elementwise_pair(op, a, "a", b, "b");
+  check::defined(op, a, "a");
+  check::defined(op, b, "b");
+  if (a.shape() != b.shape()) return binary(BinaryOp::mul, a, b, op);
   return detail::dispatch<Tensor<T>>(
       op, [](const auto& a, const auto& b) { return cpu::multiply(a, b); },
       CUTRAIN_IF_CUDA([](const auto& a, const auto& b) {
@@ -91,10 +98,14 @@ BinaryBackward<T> add_backward(const Tensor<T>& dy) {
       dy);
 }
 
-// da = dy * b (in a's layout), db = dy * a (in b's layout).
+// da = dy * b (in a's layout), db = dy * a (in b's layout). Unequal shapes of a and b:
+// binary_backward (each summed back to its input's shape, row-major).
 template <class T>
 BinaryBackward<T> multiply_backward(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& dy) {
   constexpr std::string_view op = "multiply_backward";
+  check::defined(op, a, "a");
+  check::defined(op, b, "b");
+  if (a.shape() != b.shape()) return binary_backward(BinaryOp::mul, a, b, dy, true, true, op);
   detail::check_elementwise_pair(op, a, "a", b, "b");
   detail::check_elementwise_pair(op, a, "a", dy, "dy");
   return detail::dispatch<BinaryBackward<T>>(

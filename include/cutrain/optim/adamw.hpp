@@ -46,6 +46,7 @@ class AdamW : public Optimizer<T> {
       auto& p = this->params_[k];
       if (!p.grad().defined()) continue;
       auto [w, g] = this->prepare(op, p);
+      w->bump_version();  // an in-place write: autograd must not use a value saved before it
       State& s = state_[k];
       if (capturing_on(*w)) this->require_state(op, s.m.defined());
       if (!s.m.defined()) {

@@ -48,6 +48,7 @@ class SGD : public Optimizer<T> {
       auto& p = this->params_[k];
       if (!p.grad().defined()) continue;
       auto [w, g] = this->prepare(op, p);
+      w->bump_version();  // an in-place write: autograd must not use a value saved before it
       const bool first = opts_.momentum != 0 && !buffers_[k].defined();
       if (first && capturing_on(*w)) this->require_state(op, false);
       if (first) buffers_[k] = this->zeros_like(*w);

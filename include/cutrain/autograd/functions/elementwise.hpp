@@ -1,5 +1,6 @@
-// Differentiable elementwise ops and element-type conversion on Var<T>: add, multiply and scale
-// (with operator+ and operator*), dropout with a seeded mask, and cast<U> between element types
+// Differentiable elementwise ops and element-type conversion on Var<T>: add, multiply (both
+// broadcasting) and scale (with operator+ and operator*; sub, div, min/max, unary ops and where
+// are in broadcast.hpp), dropout with a seeded mask, and cast<U> between element types
 // for mixed precision, whose backward sends the gradient back converted to the input's type.
 #pragma once
 
@@ -24,11 +25,19 @@ namespace cutrain::inline CUTRAIN_ABI::autograd {
 
 template <class T>
 struct AddFn final : Node<T> {
+  Shape a_shape, b_shape;
   std::string_view name() const override { return "add"; }
-  Tensor<T> forward(const Tensor<T>& a, const Tensor<T>& b) { return ops::add(a, b); }
+  Tensor<T> forward(const Tensor<T>& a, const Tensor<T>& b) {
+    a_shape = a.shape();
+    b_shape = b.shape();
+    return ops::add(a, b);
+  }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
     std::vector<Tensor<T>> g(2);
-    if (this->needs_grad(0) && this->needs_grad(1)) {
+    if (a_shape != b_shape) {  // broadcast: each input's gradient summed back to its shape (new tensors)
+      if (this->needs_grad(0)) g[0] = ops::sum_to(dy, a_shape);
+      if (this->needs_grad(1)) g[1] = ops::sum_to(dy, b_shape);
+    } else if (this->needs_grad(0) && this->needs_grad(1)) {
       // Two copies: two leaves must never share one gradient tensor (an optimizer may clip one).
       BinaryBackward<T> r = ops::add_backward(dy);
       g[0] = std::move(r.da);
@@ -61,6 +70,12 @@ struct MultiplyFn final : Node<T> {
   }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
     std::vector<Tensor<T>> g(2);
+    if (a.shape() != b.shape()) {  // broadcast
+      BinaryBackward<T> r = ops::binary_backward(BinaryOp::mul, a, b, dy, this->needs_grad(0), this->needs_grad(1));
+      g[0] = std::move(r.da);
+      g[1] = std::move(r.db);
+      return g;
+    }
     if (this->needs_grad(0)) g[0] = ops::multiply(dy, b);
     if (this->needs_grad(1)) g[1] = ops::multiply(dy, a);
     return g;
@@ -68,7 +83,7 @@ struct MultiplyFn final : Node<T> {
   void release_saved() override { a = {}; b = {}; }
 };
 
-// Elementwise a * b (equal shapes).
+// Elementwise a * b (shapes broadcast, NumPy rules).
 template <class T>
 Var<T> multiply(const Var<T>& a, const Var<T>& b) {
   detail::require_defined("autograd::multiply", {{a.defined(), "a"}, {b.defined(), "b"}});

@@ -87,4 +87,34 @@ inline Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dPar
   return y;
 }
 
+
+// p with padding 'same' for a kh x kw kernel (TensorFlow's and PyTorch's rule): per spatial
+// dimension a total of dilation * (k - 1), half before and the odd one after (bottom, right), so
+// that the output has the input's size. p's stride must be 1, since no padding gives a strided
+// output the input's size (PyTorch refuses it too), and p's padding must be zero (it is replaced).
+inline Conv2dParams conv2d_same_padding(int kernel_h, int kernel_w, Conv2dParams p = {},
+                                        std::string_view op = "conv2d_same_padding") {
+  CUTRAIN_REQUIRE(p.stride_h == 1 && p.stride_w == 1, InvalidArgument, op,
+                  "padding 'same' needs stride 1 (a strided output cannot have the input's size), got ", p);
+  CUTRAIN_REQUIRE(kernel_h >= 1 && kernel_w >= 1, InvalidArgument, op, "padding 'same' needs a kernel of at least 1x1, got ",
+                  kernel_h, "x", kernel_w);
+  CUTRAIN_REQUIRE(p.dilation_h >= 1 && p.dilation_w >= 1, InvalidArgument, op, "dilation must be >= 1, got ", p);
+  CUTRAIN_REQUIRE(p.pad_top == 0 && p.pad_bottom == 0 && p.pad_left == 0 && p.pad_right == 0, InvalidArgument, op,
+                  "padding 'same' replaces the padding, which must be zero here, got ", p);
+  const std::int64_t th = std::int64_t{p.dilation_h} * (kernel_h - 1), tw = std::int64_t{p.dilation_w} * (kernel_w - 1);
+  CUTRAIN_REQUIRE(th <= detail::conv_max_dim && tw <= detail::conv_max_dim, InvalidArgument, op, "padding 'same' of a ",
+                  kernel_h, "x", kernel_w, " kernel with ", p, " is above 2^31-1");
+  p.pad_top = static_cast<int>(th / 2), p.pad_bottom = static_cast<int>(th - th / 2);
+  p.pad_left = static_cast<int>(tw / 2), p.pad_right = static_cast<int>(tw - tw / 2);
+  return p;
+}
+
+// The same for the kernel of w [K, C/groups, R, S].
+inline Conv2dParams conv2d_same_padding(const Shape& w, Conv2dParams p = {}, std::string_view op = "conv2d_same_padding") {
+  detail::conv2d_check_dims(op, w, "w");
+  CUTRAIN_REQUIRE(w[2] <= detail::conv_max_dim && w[3] <= detail::conv_max_dim, InvalidArgument, op, "w ", w,
+                  " has a kernel above 2^31-1");
+  return conv2d_same_padding(static_cast<int>(w[2]), static_cast<int>(w[3]), p, op);
+}
+
 }  // namespace cutrain::inline CUTRAIN_ABI

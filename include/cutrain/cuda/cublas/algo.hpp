@@ -85,7 +85,7 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
       cublasLtMatmulAlgo_t algo{};
       cublasLtMatmulHeuristicResult_t checked{};
       if (at::hex_decode(hit->algo, &algo, sizeof(algo)) &&
-          cublasLtMatmulAlgoCheck(h, p.desc, p.a, p.b, p.d, p.d, &algo, &checked) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoCheck(h, p.desc, p.a, p.b, p.c_layout(), p.d, &algo, &checked) == CUBLAS_STATUS_SUCCESS &&
           checked.workspaceSize <= static_cast<std::size_t>(std::min<std::int64_t>(o.max_workspace_bytes, max_workspace_bytes))) {
         p.heuristic.algo = algo;
         p.heuristic.workspaceSize = checked.workspaceSize;
@@ -100,24 +100,27 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
   const int wanted = std::max(1, o.max_candidates);
   std::vector<cublasLtMatmulHeuristicResult_t> cands(static_cast<std::size_t>(wanted));
   int count = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.d, p.d, p.pref, wanted, cands.data(), &count) !=
+  if (cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.c_layout(), p.d, p.pref, wanted, cands.data(), &count) !=
           CUBLAS_STATUS_SUCCESS ||
       count < 1)
     return;
   cands.resize(static_cast<std::size_t>(count));
 
-  // Scratch operands of s's sizes (column-major: leading dimension times columns), filled with a
-  // finite pattern; the bias scratch serves the BIAS epilogues (read) and BGRADB (written).
+  // Scratch operands of s's sizes (column-major: leading dimension times columns, plus the batch
+  // strides), filled with a finite pattern; the bias scratch serves the BIAS epilogues (read) and
+  // BGRADB (written); the fifth is C's, when s has a C of its own.
   const std::size_t elem = s.type == CUDA_R_32F ? 4 : 2;
   const bool ta = s.transa == CUBLAS_OP_T, tb = s.transb == CUBLAS_OP_T;
-  const auto bytes = [&](std::int64_t ld, std::uint64_t cols) {
-    return std::max<std::size_t>(static_cast<std::size_t>(ld) * cols * elem, 16);
+  const auto bytes = [&](std::int64_t ld, std::uint64_t cols, std::int64_t stride) {
+    const std::size_t last = static_cast<std::size_t>(s.batch - 1) * static_cast<std::size_t>(stride);
+    return std::max<std::size_t>((static_cast<std::size_t>(ld) * cols + last) * elem, 16);
   };
   const cudaStream_t stream = current_stream();
   std::vector<Storage> scratch;
   try {
-    for (const std::size_t b : {bytes(s.lda, ta ? s.m : s.k), bytes(s.ldb, tb ? s.k : s.n), bytes(s.ldd, s.n),
-                                std::max<std::size_t>(std::max(s.m, s.n) * elem, 16)}) {
+    for (const std::size_t b : {bytes(s.lda, ta ? s.m : s.k, s.stride_a), bytes(s.ldb, tb ? s.k : s.n, s.stride_b),
+                                bytes(s.ldd, s.n, s.stride_d), std::max<std::size_t>(std::max(s.m, s.n) * elem, 16),
+                                s.has_c() ? bytes(s.ldc, s.n, s.stride_c) : std::size_t{16}}) {
       scratch.emplace_back(b, Device::cuda(device));
       check(cudaMemsetAsync(scratch.back().data(), 0x3c, b, stream), op, "cudaMemsetAsync of a scratch operand");
     }
@@ -146,8 +149,9 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
     }
     void* ws = workspace(device, c.workspaceSize);
     const auto run = [&] {
-      return cublasLtMatmul(h, p.desc, &alpha, scratch[0].data(), p.a, scratch[1].data(), p.b, &beta, scratch[2].data(),
-                            p.d, scratch[2].data(), p.d, &c.algo, ws, c.workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
+      void* C = s.has_c() ? scratch[4].data() : scratch[2].data();
+      return cublasLtMatmul(h, p.desc, &alpha, scratch[0].data(), p.a, scratch[1].data(), p.b, &beta, C, p.c_layout(),
+                            scratch[2].data(), p.d, &c.algo, ws, c.workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
     };
     if (!run()) {  // the warm-up
       ++failed;

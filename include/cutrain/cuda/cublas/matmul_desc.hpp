@@ -109,7 +109,11 @@ Tensor<T> readable(const Tensor<T>& t) {
   return t.contiguous(Layout::row_major);
 }
 
-// One cublasLtMatmul: D (m x n, column-major) = op(A) (m x k) op(B) (k x n), with an epilogue.
+// One cublasLtMatmul: D (m x n, column-major) = alpha op(A) (m x k) op(B) (k x n) + beta C, with
+// an epilogue; `batch` such products at once when batch > 1 (strided batched: matrix i of A
+// starts stride_a elements after matrix i - 1, a stride of 0 reuses one matrix for every i).
+// ldc == 0: no C operand of its own (beta is 0 and C is D's layout); else C is read with
+// leading dimension ldc and batch stride stride_c (the GEMM form, ops/matmul.hpp).
 struct MatmulSpec {
   std::string_view what;  // fprop, dgrad, wgrad, bgrad: for the key and the messages
   cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
@@ -120,18 +124,31 @@ struct MatmulSpec {
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   std::uint32_t align_a = 256, align_b = 256, align_d = 256, align_bias = 256;
+  std::int32_t batch = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_d = 0;
+  std::int64_t ldc = 0, stride_c = 0;
+  std::uint32_t align_c = 256;
 
+  bool has_c() const { return ldc != 0; }
+  // The batch and C fields appear only when used, so that a single matmul without C (linear's)
+  // keeps the signature, and the autotune cache key, it had before they existed.
   std::string signature() const {
     return cat(what, " ", transa == CUBLAS_OP_T ? 'T' : 'N', transb == CUBLAS_OP_T ? 'T' : 'N', " m", m, " n", n, " k",
                k, " ld", lda, ",", ldb, ",", ldd, " ", dtype, " compute ", compute_name(compute), " ",
-               epilogue_name(epilogue), " align", align_a, ",", align_b, ",", align_d, ",", align_bias);
+               epilogue_name(epilogue), " align", align_a, ",", align_b, ",", align_d, ",", align_bias, extras());
+  }
+  std::string extras() const {
+    std::string e;
+    if (batch != 1) e += cat(" batch", batch, " stride", stride_a, ",", stride_b, ",", stride_d);
+    if (has_c()) e += cat(" C ld", ldc, " stride", stride_c, " align", align_c);
+    return e;
   }
   std::string key(int device) const { return cat(device, "|", signature()); }
   std::string describe() const {
     return cat(what, " matmul (m=", m, " n=", n, " k=", k, ", op(A)=", transa == CUBLAS_OP_T ? 'T' : 'N',
                " op(B)=", transb == CUBLAS_OP_T ? 'T' : 'N', ", ld ", lda, "/", ldb, "/", ldd, ", ", dtype,
                ", compute ", compute_name(compute), ", epilogue ", epilogue_name(epilogue), ", alignments ", align_a,
-               "/", align_b, "/", align_d, ")");
+               "/", align_b, "/", align_d, extras(), ")");
   }
 };
 
@@ -140,6 +157,7 @@ struct MatmulSpec {
 struct MatmulPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatrixLayout_t c = nullptr;  // only when the spec has a C of its own; else C is d
   cublasLtMatmulPreference_t pref = nullptr;
   cublasLtMatmulHeuristicResult_t heuristic{};
   bool found = false;
@@ -149,11 +167,13 @@ struct MatmulPlan {
   MatmulPlan& operator=(const MatmulPlan&) = delete;
   ~MatmulPlan() {  // destructors never throw: the statuses have nowhere to go
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (b) cublasLtMatrixLayoutDestroy(b);
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (desc) cublasLtMatmulDescDestroy(desc);
   }
+  cublasLtMatrixLayout_t c_layout() const { return c ? c : d; }
 };
 
 template <class V>
@@ -167,6 +187,15 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
               const char* name) {
   lt_check(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)), op,
            cat("cublasLtMatmulPreferenceSetAttribute(", name, ")"));
+}
+
+// A strided batch on one layout: the matrix count and the distance between matrices.
+inline void set_batch(cublasLtMatrixLayout_t l, std::int32_t count, std::int64_t stride, std::string_view op,
+                      const char* name) {
+  lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), op,
+           cat("cublasLtMatrixLayoutSetAttribute(", name, " BATCH_COUNT)"));
+  lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), op,
+           cat("cublasLtMatrixLayoutSetAttribute(", name, " STRIDED_BATCH_OFFSET)"));
 }
 
 inline std::unique_ptr<MatmulPlan> make_plan(const MatmulSpec& s, cublasLtHandle_t handle, const void* bias,
@@ -189,31 +218,42 @@ inline std::unique_ptr<MatmulPlan> make_plan(const MatmulSpec& s, cublasLtHandle
   lt_check(cublasLtMatrixLayoutCreate(&p->b, s.type, tb ? s.n : s.k, tb ? s.k : s.n, s.ldb), op,
            "cublasLtMatrixLayoutCreate(B) for " + ctx);
   lt_check(cublasLtMatrixLayoutCreate(&p->d, s.type, s.m, s.n, s.ldd), op, "cublasLtMatrixLayoutCreate(D) for " + ctx);
+  if (s.has_c())
+    lt_check(cublasLtMatrixLayoutCreate(&p->c, s.type, s.m, s.n, s.ldc), op, "cublasLtMatrixLayoutCreate(C) for " + ctx);
+  if (s.batch != 1) {
+    set_batch(p->a, s.batch, s.stride_a, op, "A");
+    set_batch(p->b, s.batch, s.stride_b, op, "B");
+    set_batch(p->d, s.batch, s.stride_d, op, "D");
+    if (p->c) set_batch(p->c, s.batch, s.stride_c, op, "C");
+  }
   lt_check(cublasLtMatmulPreferenceCreate(&p->pref), op, "cublasLtMatmulPreferenceCreate");
   set_pref(p->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, max_workspace_bytes, op, "MAX_WORKSPACE_BYTES");
   set_pref(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, s.align_a, op, "MIN_ALIGNMENT_A_BYTES");
   set_pref(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, s.align_b, op, "MIN_ALIGNMENT_B_BYTES");
-  set_pref(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, s.align_d, op, "MIN_ALIGNMENT_C_BYTES");
+  set_pref(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, s.has_c() ? s.align_c : s.align_d, op,
+           "MIN_ALIGNMENT_C_BYTES");
   set_pref(p->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, s.align_d, op, "MIN_ALIGNMENT_D_BYTES");
   int count = 0;
-  // C is D (beta = 0), so D's layout serves for both.
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->d, p->d, p->pref, 1, &p->heuristic, &count);
+  // Without a C of its own, C is D (beta = 0), and D's layout serves for both.
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->c_layout(), p->d, p->pref, 1,
+                                                           &p->heuristic, &count);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) return p;  // no heuristic for this configuration: found stays false
   lt_check(st, op, "cublasLtMatmulAlgoGetHeuristic for " + ctx);
   p->found = count > 0 && p->heuristic.state == CUBLAS_STATUS_SUCCESS;
   return p;
 }
 
-// Launches a found plan on the thread's stream: D = op(A) op(B) (+ epilogue), alpha 1, beta 0.
+// Launches a found plan on the thread's stream: D = alpha op(A) op(B) + beta C (+ epilogue).
+// Without C (the default) beta must be 0 and C is D. The scale type is f32 for every dtype.
 inline void run(const MatmulPlan& p, const MatmulSpec& s, int device, const void* A, const void* B, void* D,
-                const void* bias, std::string_view op) {
+                const void* bias, std::string_view op, float alpha = 1.0f, float beta = 0.0f,
+                const void* C = nullptr) {
   if (epilogue_reads_bias_pointer(s.epilogue))
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, op, "BIAS_POINTER");
-  const float alpha = 1.0f, beta = 0.0f;  // scale type is f32 for every dtype
+  if (!s.has_c()) C = D;
   cublasLtHandle_t h = handles(device).cublaslt;
   void* ws = workspace(device, p.heuristic.workspaceSize);
-  lt_check(cublasLtMatmul(h, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.heuristic.algo, ws,
+  lt_check(cublasLtMatmul(h, p.desc, &alpha, A, p.a, B, p.b, &beta, C, p.c_layout(), D, p.d, &p.heuristic.algo, ws,
                           p.heuristic.workspaceSize, current_stream()),
            op, "cublasLtMatmul for " + s.describe());
 }

@@ -1,5 +1,8 @@
 // Activations on cuDNN's graph API: one pointwise node forward (y = act(x)) and one backward
 // (dx = dy * act'(x), cuDNN's *_BWD modes, which take dy and x). Same semantics as cpu/activation.hpp.
+// Each returns false, having run nothing, where cuDNN has no engine for the signature (a tensor
+// of 3 elements on the H200, among others); ops/activation.hpp then runs the NVRTC kernel of
+// cuda/kernels/activation.hpp.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -50,18 +53,19 @@ std::string activation_graph_text(const char* direction, const ActivationParams&
 }
 }  // namespace detail
 
-// x and y contiguous in one layout (see elementwise_view).
+// x and y contiguous in one layout (see elementwise_view). False: no engine, nothing ran.
 template <GpuFloat T>
-void activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>& y) {
+[[nodiscard]] bool activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>& y) {
   constexpr std::string_view op = "activation_forward";
   const int dev = x.device().index;
   const auto [vs, vst] = elementwise_view(x);
   const GraphKey key = detail::activation_graph_key<T>(GraphOp::activation_forward, dev, a, vs, vst);
   PlanStore& store = plan_store();
-  BuiltGraph* bg = store.find(key);
-  if (!bg) {
+  bool failed = false;
+  BuiltGraph* bg = store.find(key, failed);
+  if (!bg && !failed) {
     const std::string text = detail::activation_graph_text<T>("fwd", a, vs, vst);
-    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
       auto g = std::make_shared<fe::graph::Graph>();
       g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
       auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
@@ -71,21 +75,24 @@ void activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>
       return BuiltGraph{g, {X, Y}, g->get_workspace_size()};
     });
   }
+  if (!bg) return ++kernel_fallbacks(), false;
   execute(*bg, dev, {x.data(), y.data()}, op);
+  return true;
 }
 
-// x, dy and dx contiguous in one layout (see elementwise_view).
+// x, dy and dx contiguous in one layout (see elementwise_view). False: no engine, nothing ran.
 template <GpuFloat T>
-void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const ActivationParams& a, Tensor<T>& dx) {
+[[nodiscard]] bool activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const ActivationParams& a, Tensor<T>& dx) {
   constexpr std::string_view op = "activation_backward";
   const int dev = x.device().index;
   const auto [vs, vst] = elementwise_view(x);
   const GraphKey key = detail::activation_graph_key<T>(GraphOp::activation_backward, dev, a, vs, vst);
   PlanStore& store = plan_store();
-  BuiltGraph* bg = store.find(key);
-  if (!bg) {
+  bool failed = false;
+  BuiltGraph* bg = store.find(key, failed);
+  if (!bg && !failed) {
     const std::string text = detail::activation_graph_text<T>("bwd", a, vs, vst);
-    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
       auto g = std::make_shared<fe::graph::Graph>();
       g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
       auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
@@ -98,8 +105,10 @@ void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Activati
       return BuiltGraph{g, {X, DY, DX}, g->get_workspace_size()};
     });
   }
+  if (!bg) return ++kernel_fallbacks(), false;
   if (a.kind == Activation::identity) execute(*bg, dev, {dy.data(), dx.data()}, op);
   else execute(*bg, dev, {x.data(), dy.data(), dx.data()}, op);
+  return true;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

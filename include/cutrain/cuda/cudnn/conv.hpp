@@ -143,6 +143,44 @@ void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dP
   else execute(*bg, dev, {dy.data(), w.data(), dx.data()}, op);
 }
 
+// y = conv_transpose(x, w) + bias, one graph: the dgrad of the conv2d p (dy := x, its filter w
+// [Cin, Cout/groups, R, S] read as [K, C/groups, R, S], dx := y) with the bias add fused behind it.
+// y must be allocated with the transposed conv's output shape; bias [Cout] must be defined (without
+// one, conv2d_backward_data(x, w, p, y) is the whole op). Throws CudnnError where cuDNN has no
+// engine for the fusion.
+template <GpuFloat T>
+void conv_transpose2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Conv2dParams& p,
+                              Tensor<T>& y) {
+  constexpr std::string_view op = "conv_transpose2d_forward";
+  CUTRAIN_REQUIRE(bias.defined() && bias.is_contiguous(), InvalidArgument, op,
+                  "needs a contiguous bias (without one, conv2d_backward_data is the op), got ", bias.describe());
+  const int dev = x.device().index;
+  const bool strict = detail::strict_f32<T>();
+  GraphKey key = detail::conv_graph_key<T>(GraphOp::conv_dgrad_bias, dev, p, strict);
+  key.add(x.shape(), x.strides()).add(w.shape(), w.strides()).add(y.shape(), y.strides());
+  PlanStore& store = plan_store();
+  BuiltGraph* bg = store.find(key);
+  if (!bg) {
+    const std::string text = detail::conv_key<T>("dgrad", p, strict) + signature(" dy", x.shape(), x.strides()) +
+                             signature(" w", w.shape(), w.strides()) + signature(" dx", y.shape(), y.strides()) +
+                             " +bias";
+    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::new_graph<T>();
+      auto DY = tensor(*g, "dy", x);
+      auto W = tensor(*g, "w", w);
+      auto DX = g->conv_dgrad(DY, W, detail::conv_attributes<fe::graph::Conv_dgrad_attributes>(p));
+      DX->set_dim(y.shape().dims()).set_stride(y.strides());
+      const std::int64_t k = y.dim(1);
+      auto B = tensor(*g, "bias", detail::bias_dims(k), detail::bias_strides(k), fe_type<T>::value);
+      auto Y = g->pointwise(DX, B, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
+      Y->set_output(true).set_dim(y.shape().dims()).set_stride(y.strides()).set_data_type(fe_type<T>::value);
+      build(*g, handles(dev).cudnn, op, text, strict, planner);
+      return BuiltGraph{g, {DY, W, B, Y}, g->get_workspace_size()};
+    });
+  }
+  execute(*bg, dev, {x.data(), w.data(), bias.data(), y.data()}, op);
+}
+
 // dw = correlation of x with dy; dw must be allocated with w's shape.
 template <GpuFloat T>
 void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2dParams& p, Tensor<T>& dw) {

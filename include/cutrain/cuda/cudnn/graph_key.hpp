@@ -29,12 +29,13 @@ enum class GraphOp : std::uint8_t {
   layer_norm_backward,
   activation_forward,
   activation_backward,
+  conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add (last: keeps the others' values)
 };
 
 // What the autotuner needs to know of an op: convolutions are tuned by default.
 constexpr autotune::GraphFamily family(GraphOp op) {
   switch (op) {
-    case GraphOp::conv_fprop: case GraphOp::conv_dgrad: case GraphOp::conv_wgrad:
+    case GraphOp::conv_fprop: case GraphOp::conv_dgrad: case GraphOp::conv_wgrad: case GraphOp::conv_dgrad_bias:
       return autotune::GraphFamily::convolution;
     case GraphOp::activation_forward: case GraphOp::activation_backward:
       return autotune::GraphFamily::pointwise;

@@ -2,6 +2,9 @@
 // semantics of cpu/batch_norm.hpp and cpu/layer_norm.hpp. x is T (f32, bf16, f16); scale, bias,
 // running and saved statistics are f32 (S = float), as cuDNN's engines require and as mixed
 // precision wants.
+// The batch-norm functions return false, having run nothing, where cuDNN has no engine for the
+// signature (any odd channel count on the H200); ops/batch_norm.hpp then runs the NVRTC kernels
+// of cuda/kernels/batch_norm_train.hpp.
 // Inference forward is not here: cuDNN 9.19 had no engine for the batchnorm_inference node on
 // the H200 (any layout or dtype), so it is an NVRTC kernel (cuda/kernels/batch_norm_inference.hpp).
 #pragma once
@@ -48,9 +51,9 @@ inline void output(const TensorAttr& t, const Shape& s, const Strides& st, fe::D
 
 // y = act(gamma (x - mean) inv_std + beta) with batch statistics; writes save_mean, save_inv_std
 // ([C]) and next_mean / next_var ([C], the updated running statistics, unbiased variance). The
-// activation (identity by default) is a pointwise node of the same graph.
+// activation (identity by default) is a pointwise node of the same graph. False: no engine.
 template <GpuFloat T>
-void batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma, const Tensor<float>& beta,
+[[nodiscard]] bool batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma, const Tensor<float>& beta,
                                  const Tensor<float>& running_mean, const Tensor<float>& running_var,
                                  const BatchNormParams& p, Tensor<T>& y, Tensor<float>& save_mean,
                                  Tensor<float>& save_inv_std, Tensor<float>& next_mean, Tensor<float>& next_var,
@@ -63,11 +66,12 @@ void batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma,
   GraphKey key(GraphOp::batch_norm_forward_training, dev);
   key.add(dtype_of<T>).add(p.eps).add(p.momentum).add(xs, xst).add(ys, yst).add(static_cast<int>(act.kind)).add(act.alpha);
   PlanStore& store = plan_store();
-  BuiltGraph* bg = store.find(key);
-  if (!bg) {
+  bool failed = false;
+  BuiltGraph* bg = store.find(key, failed);
+  if (!bg && !failed) {
     const std::string text = cutrain::detail::cat("bn fwd train ", dtype_of<T>, " ", p, signature(" x", xs, xst),
                                                  signature(" y", ys, yst), " +", detail::activation_key(act));
-    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
       auto g = detail::norm_graph<T>();
       auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
       auto SCALE = detail::channel_tensor(*g, "scale", c);
@@ -85,13 +89,15 @@ void batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma,
       return BuiltGraph{g, {X, SCALE, BIAS, RM, RV, Y, MEAN, INV, NEXT_M, NEXT_V}, g->get_workspace_size()};
     });
   }
+  if (!bg) return ++kernel_fallbacks(), false;
   execute(*bg, dev,
           {x.data(), gamma.data(), beta.data(), running_mean.data(), running_var.data(), y.data(), save_mean.data(),
            save_inv_std.data(), next_mean.data(), next_var.data()}, op);
+  return true;
 }
 
 template <GpuFloat T>
-void batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<float>& gamma,
+[[nodiscard]] bool batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<float>& gamma,
                          const Tensor<float>& save_mean, const Tensor<float>& save_inv_std, Tensor<T>& dx,
                          Tensor<float>& dgamma, Tensor<float>& dbeta) {
   constexpr std::string_view op = "batch_norm_backward";
@@ -103,11 +109,12 @@ void batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<f
   GraphKey key(GraphOp::batch_norm_backward, dev);
   key.add(dtype_of<T>).add(xs, xst).add(dys, dyst).add(dxs, dxst);
   PlanStore& store = plan_store();
-  BuiltGraph* bg = store.find(key);
-  if (!bg) {
+  bool failed = false;
+  BuiltGraph* bg = store.find(key, failed);
+  if (!bg && !failed) {
     const std::string text = cutrain::detail::cat("bn bwd ", dtype_of<T>, signature(" x", xs, xst),
                                                  signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
-    bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
       auto g = detail::norm_graph<T>();
       auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
       auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
@@ -123,9 +130,11 @@ void batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<f
       return BuiltGraph{g, {X, DY, SCALE, MEAN, INV, DX, DSCALE, DBIAS}, g->get_workspace_size()};
     });
   }
+  if (!bg) return ++kernel_fallbacks(), false;
   execute(*bg, dev,
           {x.data(), dy.data(), gamma.data(), save_mean.data(), save_inv_std.data(), dx.data(), dgamma.data(),
            dbeta.data()}, op);
+  return true;
 }
 
 namespace detail {

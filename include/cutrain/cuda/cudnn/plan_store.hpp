@@ -45,6 +45,13 @@ inline BuildStats& build_stats() {
   return s;
 }
 
+// Calls that ran cutrain's own NVRTC kernel because cuDNN could not build the op's graph (no
+// engine for that signature on this GPU): see try_build. For reports and tests.
+inline std::atomic<std::int64_t>& kernel_fallbacks() {
+  static std::atomic<std::int64_t> n{0};
+  return n;
+}
+
 class PlanStore {
  public:
   // The built graph of `key`, or null when this thread has none. A signature that failed to
@@ -53,6 +60,25 @@ class PlanStore {
     if (auto it = built_.find(key); it != built_.end()) return &it->second;
     if (auto f = failed_.find(key); f != failed_.end()) throw f->second;
     return nullptr;
+  }
+
+  // The built graph of `key`, or null: either this thread has none yet (failed stays false) or
+  // the signature failed to build (failed is set), for ops that fall back to a kernel.
+  BuiltGraph* find(const GraphKey& key, bool& failed) {
+    if (auto it = built_.find(key); it != built_.end()) return &it->second;
+    failed = failed_.contains(key);
+    return nullptr;
+  }
+
+  // As build, for ops with a kernel of their own to fall back to: null (and the failure
+  // remembered, and kernel_fallbacks() counted) when cuDNN cannot build the graph.
+  template <class Make>
+  BuiltGraph* try_build(const GraphKey& key, const std::string& text, autotune::Planner planner, Make&& make) {
+    try {
+      return &build(key, text, std::move(planner), std::forward<Make>(make));
+    } catch (const CudnnError&) {
+      return nullptr;
+    }
   }
 
   // Builds the graph of `key`, whose signature is `text`: make(planner) returns it built with

@@ -5,16 +5,21 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "cutrain/cuda/kernels/activation_cuh.hpp"
 #include "cutrain/cuda/kernels/batch_norm_inference_cuh.hpp"
+#include "cutrain/cuda/kernels/batch_norm_train_cuh.hpp"
 #include "cutrain/cuda/kernels/bias_grad_cuh.hpp"
+#include "cutrain/cuda/kernels/broadcast_cuh.hpp"
 #include "cutrain/cuda/kernels/cast_cuh.hpp"
 #include "cutrain/cuda/kernels/copy_cuh.hpp"
 #include "cutrain/cuda/kernels/cross_entropy_cuh.hpp"
 #include "cutrain/cuda/kernels/dropout_cuh.hpp"
 #include "cutrain/cuda/kernels/elementwise_cuh.hpp"
+#include "cutrain/cuda/kernels/index_cuh.hpp"
 #include "cutrain/cuda/kernels/optim_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_cuh.hpp"
 #include "cutrain/cuda/kernels/program.hpp"
@@ -29,6 +34,15 @@ namespace programs {
 // add, multiply, scale over n contiguous elements laid out alike.
 inline Program elementwise(std::string_view t) {
   return make_program("elementwise", source::elementwise, {{"T", t}}, {"cutrain_add", "cutrain_multiply", "cutrain_scale"});
+}
+
+// Broadcasting elementwise ops (rank <= 8, every operand through its own strides): binary ops
+// and their local gradients, unary ops and their backward, u8 comparisons, where; the op code an
+// int argument (core/params/elementwise.hpp's enums). f32 arithmetic.
+inline Program broadcast(std::string_view t) {
+  return make_program("broadcast", source::broadcast, {{"T", t}},
+                      {"cutrain_bcast_binary", "cutrain_bcast_binary_grad", "cutrain_bcast_unary", "cutrain_bcast_unary_grad",
+                       "cutrain_bcast_compare", "cutrain_bcast_where", "cutrain_bcast_where_grad"});
 }
 
 // Element type conversion T -> U through f32 (exact for every T; U rounds to nearest even).
@@ -94,6 +108,21 @@ inline Program batch_norm_inference(std::string_view t) {
                        "cutrain_batch_norm_inference_planes", "cutrain_batch_norm_inference_planes_vec"});
 }
 
+// Activations over n elements laid out alike, forward and backward, with the semantics of
+// cpu/activation.hpp in f32: where cuDNN has no engine for the pointwise node (tiny tensors).
+inline Program activation(std::string_view t) {
+  return make_program("activation", source::activation, {{"T", t}},
+                      {"cutrain_activation_forward", "cutrain_activation_backward"});
+}
+
+// Batch-norm training forward (with a fused activation) and backward, x seen as [N, C, S] with
+// its own strides, one block per channel: where cuDNN has no engine (odd channel counts). The
+// text is activation.cuh followed by batch_norm_train.cuh.
+inline Program batch_norm_train(std::string_view t) {
+  return make_program("batch_norm_train", std::string(source::activation) + std::string(source::batch_norm_train),
+                      {{"T", t}}, {"cutrain_batch_norm_train_forward", "cutrain_batch_norm_train_backward"});
+}
+
 // Strided copy (the host passes core/storage.hpp's StridedCopy::Dims as cutrain_copy_args):
 // element i of the logical row-major order goes from src + sum(c_d * src_d) to
 // dst + sum(c_d * dst_d), c its multi-index; one kernel per element size.
@@ -123,6 +152,16 @@ inline Program reduce(std::string_view t) {
                        "cutrain_reduce_var_backward", "cutrain_reduce_norm_backward"});
 }
 
+// index_select and gather over strided tensors (rank <= 8) with int32 indices, forward (a copy
+// per element) and backward (each dx element adds, in f32 and in index order, the dy elements
+// whose index names it: deterministic), and the range check of an index (a count of the bad
+// values and one of them, for the host to read back).
+inline Program index(std::string_view t) {
+  return make_program("index", source::index, {{"T", t}},
+                      {"cutrain_index_select", "cutrain_gather", "cutrain_index_select_backward",
+                       "cutrain_gather_backward", "cutrain_index_check"});
+}
+
 }  // namespace programs
 
 // Every instantiation the CUDA backend can load: what the NVRTC compile test builds.
@@ -130,6 +169,7 @@ inline std::vector<Program> all_programs() {
   std::vector<Program> all{programs::copy()};
   for (std::string_view t : device_types) {
     all.push_back(programs::elementwise(t));
+    all.push_back(programs::broadcast(t));
     all.push_back(programs::dropout(t));
     all.push_back(programs::cross_entropy(t));
     all.push_back(programs::bias_grad(t));
@@ -138,6 +178,9 @@ inline std::vector<Program> all_programs() {
     all.push_back(programs::batch_norm_inference(t));
     all.push_back(programs::softmax(t));
     all.push_back(programs::reduce(t));
+    all.push_back(programs::activation(t));
+    all.push_back(programs::batch_norm_train(t));
+    all.push_back(programs::index(t));
     for (std::string_view u : device_types) all.push_back(programs::cast(t, u));
   }
   return all;

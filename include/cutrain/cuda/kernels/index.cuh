@@ -1,0 +1,105 @@
+// index_select and gather over strided tensors of rank <= 8 (cuda/kernels/index.hpp), forward
+// and backward, and the range check of an index. One thread per element of the tensor written
+// (row-major), grid-stride. Forward copies elements as they are (no arithmetic). Backward: each
+// dx element walks the index positions along dim in order and adds the dy elements whose index
+// names it, in f32, then rounds once: deterministic, no atomics.
+
+// The tensor walked (shape `size`: the output forward, dx backward), the dim indexed, and the
+// strides (in elements) of the other tensors at the walked tensor's coordinates: `a` is x's
+// (forward) or dy's (backward), `idx` the index's (index_select: idx_stride[0] only, its 1-d
+// stride); idx_size is the index's shape (index_select: idx_size[0] its length).
+struct cutrain_index_args {
+  long long n, rank, dim;
+  long long size[8], a_stride[8], idx_stride[8], idx_size[8];
+};
+
+// Coordinate d of row-major element i of a.size, for every d: written into c.
+__device__ __forceinline__ void index_coords(const cutrain_index_args& a, long long i, long long* c) {
+  for (int d = static_cast<int>(a.rank) - 1; d >= 0; --d) {
+    c[d] = i % a.size[d];
+    i /= a.size[d];
+  }
+}
+
+// y[i] = x at y's coordinates, with coordinate dim replaced by index[c_dim].
+extern "C" __global__ void cutrain_index_select(const T* x, const int* index, T* y, cutrain_index_args a) {
+  long long c[8];
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
+    index_coords(a, i, c);
+    long long off = 0;
+    for (int d = 0; d < a.rank; ++d)
+      off += (d == a.dim ? static_cast<long long>(index[c[d] * a.idx_stride[0]]) : c[d]) * a.a_stride[d];
+    y[i] = x[off];
+  }
+}
+
+// y[i] = x at y's coordinates (= the index's), with coordinate dim replaced by the index there.
+extern "C" __global__ void cutrain_gather(const T* x, const int* index, T* y, cutrain_index_args a) {
+  long long c[8];
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
+    index_coords(a, i, c);
+    long long io = 0;
+    for (int d = 0; d < a.rank; ++d) io += c[d] * a.idx_stride[d];
+    const long long v = index[io];
+    long long off = 0;
+    for (int d = 0; d < a.rank; ++d) off += (d == a.dim ? v : c[d]) * a.a_stride[d];
+    y[i] = x[off];
+  }
+}
+
+// dx[i] = sum over j (in order) with index[j] == c_dim of dy at (c with coordinate dim = j).
+extern "C" __global__ void cutrain_index_select_backward(const T* dy, const int* index, T* dx, cutrain_index_args a) {
+  long long c[8];
+  const long long n_idx = a.idx_size[0], is = a.idx_stride[0], ds = a.a_stride[a.dim];
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
+    index_coords(a, i, c);
+    long long base = 0;
+    for (int d = 0; d < a.rank; ++d)
+      if (d != a.dim) base += c[d] * a.a_stride[d];
+    const int v = static_cast<int>(c[a.dim]);
+    float s = 0.0f;
+    for (long long j = 0; j < n_idx; ++j)
+      if (index[j * is] == v) s += to_f32(dy[base + j * ds]);
+    store(dx + i, s);
+  }
+}
+
+// dx[i] = sum over j (in order) with index at (c, dim = j) == c_dim of dy there; 0 where c lies
+// outside the index's shape in another dim.
+extern "C" __global__ void cutrain_gather_backward(const T* dy, const int* index, T* dx, cutrain_index_args a) {
+  long long c[8];
+  const long long n_idx = a.idx_size[a.dim], is = a.idx_stride[a.dim], ds = a.a_stride[a.dim];
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
+    index_coords(a, i, c);
+    long long base = 0, ibase = 0;
+    bool inside = true;
+    for (int d = 0; d < a.rank; ++d) {
+      if (d == a.dim) continue;
+      inside = inside && c[d] < a.idx_size[d];
+      base += c[d] * a.a_stride[d];
+      ibase += c[d] * a.idx_stride[d];
+    }
+    const int v = static_cast<int>(c[a.dim]);
+    float s = 0.0f;
+    if (inside)
+      for (long long j = 0; j < n_idx; ++j)
+        if (index[ibase + j * is] == v) s += to_f32(dy[base + j * ds]);
+    store(dx + i, s);
+  }
+}
+
+// For the index (shape a.size, strides a.idx_stride): report[0] += the values outside
+// [0, limit), report[1] = one of them. report starts zeroed.
+extern "C" __global__ void cutrain_index_check(const int* index, long long limit, unsigned long long* report,
+                                               cutrain_index_args a) {
+  long long c[8];
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
+    index_coords(a, i, c);
+    long long off = 0;
+    for (int d = 0; d < a.rank; ++d) off += c[d] * a.idx_stride[d];
+    const int v = index[off];
+    if (v >= 0 && v < limit) continue;
+    atomicAdd(report, 1ull);
+    atomicExch(report + 1, static_cast<unsigned long long>(static_cast<long long>(v)));
+  }
+}

@@ -1,0 +1,165 @@
+// index_select and gather on the GPU (NVRTC kernels, index.cuh), forward and backward, with the
+// semantics of cpu/index.hpp, and the range check of an index. x, dy and the index are read in
+// place through their strides (never staged, never through the host); outputs are contiguous
+// row-major tensors the caller allocates. The caller (ops/index.hpp) has checked shapes and index
+// values. Backward is deterministic: each dx element scans the index along dim in order, so it
+// costs O(dx elements x index positions along dim); for index_select that is x.numel() x
+// index.numel() index reads (fine for vocabularies of thousands; see docs/ops/shape_ops.md).
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+#ifndef CUTRAIN_WITH_CUDA
+#error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
+#endif
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <utility>
+
+#include "cutrain/cuda/gpu_float.hpp"
+#include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"  // programs::index, the kernels of index.cuh
+
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
+
+namespace detail {
+// cutrain_index_args of index.cuh, field for field.
+struct IndexArgs {
+  long long n, rank, dim;
+  long long size[8], a_stride[8], idx_stride[8], idx_size[8];
+};
+static_assert(sizeof(IndexArgs) == 35 * sizeof(long long));
+
+template <GpuFloat T>
+const Program& index_program() {
+  static const Program p = programs::index(device_type<T>);
+  return p;
+}
+
+// Arguments for walking `walked` (the output forward, dx backward), reading x or dy at its
+// coordinates through a_strides, and the index through its strides (and shape).
+inline IndexArgs index_args(std::string_view op, const Shape& walked, int dim, const Strides& a_strides,
+                            const Tensor<std::int32_t>& index) {
+  CUTRAIN_REQUIRE(walked.rank() >= 1 && walked.rank() <= 8 && index.rank() <= 8, InvalidArgument, op,
+                  "the kernels take rank 1 to 8, got shape ", walked, " and index ", index.describe());
+  IndexArgs a{};
+  a.n = walked.numel();
+  a.rank = walked.rank();
+  a.dim = dim;
+  for (int d = 0; d < walked.rank(); ++d) {
+    const auto k = static_cast<std::size_t>(d);
+    a.size[k] = walked[d];
+    a.a_stride[k] = a_strides[k];
+  }
+  for (int d = 0; d < index.rank(); ++d) {
+    const auto k = static_cast<std::size_t>(d);
+    a.idx_stride[k] = index.strides()[k];
+    a.idx_size[k] = index.dim(d);
+  }
+  return a;
+}
+
+template <GpuFloat T, class... Args>
+void launch_index(std::string_view op, std::string_view kernel, const IndexArgs& a, Device device, const Args&... args) {
+  if (a.n == 0) return;
+  DeviceScope scope(device.index);
+  launch(function(device.index, index_program<T>(), kernel), grid_for(a.n), 256, op, args..., a);
+}
+
+template <class T>
+void require_row_major_output(std::string_view op, const Tensor<T>& t, const Shape& shape, Device device,
+                              std::string_view name) {
+  require_output(op, t, shape, device, name);
+  CUTRAIN_REQUIRE(t.layout() != Layout::nhwc || t.numel() <= 1, InvalidArgument, op, name, " must be row-major, got ",
+                  t.describe());
+}
+}  // namespace detail
+
+// How many values of index lie outside [0, limit), and one of them (any one). Reads 16 bytes
+// back to the host: synchronizes the current stream.
+inline std::pair<std::int64_t, std::int64_t> index_range_check(const Tensor<std::int32_t>& index, std::int64_t limit) {
+  constexpr std::string_view op = "cuda::kernels::index_range_check";
+  detail::require_cuda_input(op, index, "index");
+  if (index.numel() == 0) return {0, 0};
+  detail::IndexArgs a{};
+  a.n = index.numel();
+  a.rank = index.rank();
+  CUTRAIN_REQUIRE(index.rank() <= 8, InvalidArgument, op, "the kernel takes rank 0 to 8, got ", index.describe());
+  for (int d = 0; d < index.rank(); ++d) {
+    a.size[d] = index.dim(d);
+    a.idx_stride[d] = index.strides()[static_cast<std::size_t>(d)];
+  }
+  Tensor<std::int32_t> report = Tensor<std::int32_t>::zeros({4}, {.device = index.device()});
+  const int* id = index.data();
+  auto* rd = reinterpret_cast<unsigned long long*>(report.data());
+  detail::launch_index<float>(op, "cutrain_index_check", a, index.device(), id, static_cast<long long>(limit), rd);
+  const std::vector<std::int32_t> host = report.to_vector();
+  std::int64_t r[2];
+  std::memcpy(r, host.data(), sizeof r);
+  return {r[0], r[1]};
+}
+
+// y = x with position j of dim taken from position index[j] (index 1-d). y: row-major.
+template <GpuFloat T>
+void index_select(const Tensor<T>& x, int dim, const Tensor<std::int32_t>& index, Tensor<T>& y) {
+  constexpr std::string_view op = "cuda::kernels::index_select";
+  detail::require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, index, "index");
+  Shape s = x.shape();
+  s[dim] = index.numel();
+  detail::require_row_major_output(op, y, s, x.device(), "y");
+  const auto a = detail::index_args(op, s, dim, x.strides(), index);
+  const T* xd = x.data();
+  const int* id = index.data();
+  T* yd = y.data();
+  detail::launch_index<T>(op, "cutrain_index_select", a, x.device(), xd, id, yd);
+}
+
+// dx (row-major, x's shape) = zeros + dy at positions j added into position index[j] of dim.
+template <GpuFloat T>
+void index_select_backward(const Tensor<T>& dy, int dim, const Tensor<std::int32_t>& index, Tensor<T>& dx) {
+  constexpr std::string_view op = "cuda::kernels::index_select_backward";
+  detail::require_cuda_input(op, dy, "dy");
+  detail::require_cuda_input(op, index, "index");
+  CUTRAIN_REQUIRE(dx.defined(), InvalidArgument, op, "dx is an undefined tensor");
+  detail::require_row_major_output(op, dx, dx.shape(), dy.device(), "dx");
+  const auto a = detail::index_args(op, dx.shape(), dim, dy.strides(), index);
+  const T* dyd = dy.data();
+  const int* id = index.data();
+  T* dxd = dx.data();
+  detail::launch_index<T>(op, "cutrain_index_select_backward", a, dy.device(), dyd, id, dxd);
+}
+
+// y (index's shape, row-major) = x with coordinate dim replaced by the index value.
+template <GpuFloat T>
+void gather(const Tensor<T>& x, int dim, const Tensor<std::int32_t>& index, Tensor<T>& y) {
+  constexpr std::string_view op = "cuda::kernels::gather";
+  detail::require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, index, "index");
+  detail::require_row_major_output(op, y, index.shape(), x.device(), "y");
+  const auto a = detail::index_args(op, index.shape(), dim, x.strides(), index);
+  const T* xd = x.data();
+  const int* id = index.data();
+  T* yd = y.data();
+  detail::launch_index<T>(op, "cutrain_gather", a, x.device(), xd, id, yd);
+}
+
+// dx (row-major, x's shape) = zeros + dy at c added at (c with coordinate dim = index at c).
+template <GpuFloat T>
+void gather_backward(const Tensor<T>& dy, int dim, const Tensor<std::int32_t>& index, Tensor<T>& dx) {
+  constexpr std::string_view op = "cuda::kernels::gather_backward";
+  detail::require_cuda_input(op, dy, "dy");
+  detail::require_cuda_input(op, index, "index");
+  CUTRAIN_REQUIRE(dx.defined() && dx.rank() == index.rank(), InvalidArgument, op, "dx must have the index's rank, got ",
+                  dx.defined() ? dx.describe() : std::string("an undefined tensor"));
+  detail::require_row_major_output(op, dx, dx.shape(), dy.device(), "dx");
+  const auto a = detail::index_args(op, dx.shape(), dim, dy.strides(), index);
+  const T* dyd = dy.data();
+  const int* id = index.data();
+  T* dxd = dx.data();
+  detail::launch_index<T>(op, "cutrain_gather_backward", a, dy.device(), dyd, id, dxd);
+}
+
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels
