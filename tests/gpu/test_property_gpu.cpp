@@ -257,23 +257,24 @@ void property_suite(int cases_per_op) {
             return v;
           });
     }
-    {  // softmax and log-softmax over the rows of a 2-d view
-      const Shape s = random_shape(rng, 2, 2);
+    {  // softmax and log-softmax along a random axis of any rank
+      const Shape s = random_shape(rng, 1, 5);
+      const int axis = static_cast<int>(rng.below(static_cast<std::uint64_t>(s.rank()))) - (rng.below(2) ? s.rank() : 0);
       const Input<T> x = random_input<T>(s, rng), dy = random_input<T>(s, rng);
       run_case<T>(
-          tallies["softmax"], label("softmax", x), tol,
+          tallies["softmax"], label("softmax", x) + cutrain::detail::cat(" axis ", axis), tol,
           [&] {
             std::vector<Tensor<double>> v;
-            v.push_back(ops::softmax_forward(x.ref));
-            v.push_back(ops::log_softmax_forward(x.ref));
-            v.push_back(ops::softmax_backward(ops::softmax_forward(x.ref), dy.ref));
+            v.push_back(ops::softmax_forward(x.ref, axis));
+            v.push_back(ops::log_softmax_forward(x.ref, axis));
+            v.push_back(ops::softmax_backward(v.front(), dy.ref, axis));
             return v;
           },
           [&] {
             std::vector<Tensor<T>> v;
-            v.push_back(ops::softmax_forward(x.x));
-            v.push_back(ops::log_softmax_forward(x.x));
-            v.push_back(ops::softmax_backward(ops::softmax_forward(x.x), dy.x));
+            v.push_back(ops::softmax_forward(x.x, axis));
+            v.push_back(ops::log_softmax_forward(x.x, axis));
+            v.push_back(ops::softmax_backward(v.front(), dy.x, axis));
             return v;
           });
     }
@@ -312,14 +313,15 @@ void property_suite(int cases_per_op) {
             });
       }
     }
-    {  // layer norm over all but the first dim
-      const Shape s = random_shape(rng, 2, 4);
+    {  // layer norm over the trailing 1 .. rank dims
+      const Shape s = random_shape(rng, 1, 4);
       const Input<T> x = random_input<T>(s, rng), dy = random_input<T>(s, rng);
-      const Shape rest(std::vector<std::int64_t>(s.dims().begin() + 1, s.dims().end()));
+      const auto lead = static_cast<std::ptrdiff_t>(rng.below(static_cast<std::uint64_t>(s.rank())));
+      const Shape rest(std::vector<std::int64_t>(s.dims().begin() + lead, s.dims().end()));
       auto [gamma, gr] = random_pair<float>(rest, rng, Layout::row_major);
       auto [beta, br] = random_pair<float>(rest, rng, Layout::row_major);
       run_case<T>(
-          tallies["layer_norm"], label("layer_norm", x), tol * 4,
+          tallies["layer_norm"], label("layer_norm", x) + cutrain::detail::cat(" over ", rest), tol * 4,
           [&] {
             auto f = ops::layer_norm_forward(x.ref, gr, br, 1e-5);
             std::vector<Tensor<double>> v;
@@ -335,11 +337,11 @@ void property_suite(int cases_per_op) {
             return v;
           });
     }
-    {  // max and average pooling on [N, C, H, W], kernel 1-3, stride 1-2, padding up to k/2
+    {  // max and average pooling on [N, C, H, W], kernel 1-3, stride 1-2, padding up to k - 1
       const Shape s = random_shape(rng, 4, 4);
       const Input<T> x = random_input<T>(s, rng);
       const int k = 1 + static_cast<int>(rng.below(3)), st = 1 + static_cast<int>(rng.below(2));
-      const int pad = static_cast<int>(rng.below(static_cast<std::uint64_t>(k / 2 + 1)));
+      const int pad = static_cast<int>(rng.below(static_cast<std::uint64_t>(k)));
       const Pool2dParams p = rng.below(2) ? Pool2dParams::max(k, st, pad) : Pool2dParams::average(k, st, pad);
       run_case<T>(
           tallies["pool2d"], label("pool2d", x) + cutrain::detail::cat(" k", k, " s", st, " p", pad), tol,
