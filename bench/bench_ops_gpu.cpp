@@ -5,7 +5,10 @@
 //  - conv + bias + relu fused, against conv alone, bf16 NHWC;
 //  - batch-norm training forward (alone and with relu after it), relu forward, on
 //    256x128x32x32 bf16 NHWC and f32 NCHW, in GB/s;
-//  - max pool 2x2 forward and backward (NVRTC kernels) on the same shapes, in GB/s.
+//  - max pool 2x2 forward and backward (NVRTC kernels) on the same shapes, in GB/s;
+//  - the general ops of a transformer, bf16, through ops:: (outputs allocated per call, as
+//    PyTorch's are): batched matmuls Q K^T (K a transposed view) and P V, softmax along the last
+//    axis and along axis 1, a broadcast add, layer norm, an embedding lookup (index_select).
 // Timing as in docs/performance.md (method): CUDA events around 10 back-to-back calls, median of 30 after
 // warm-up, same buffers.
 //   build/bench/bench_ops_gpu --benchmark_out=ops.json --benchmark_out_format=json
@@ -15,6 +18,11 @@
 #include <cutrain/ops/activation.hpp>
 #include <cutrain/ops/batch_norm.hpp>
 #include <cutrain/cuda/kernels/pool2d.hpp>
+#include <cutrain/ops/broadcast.hpp>
+#include <cutrain/ops/index.hpp>
+#include <cutrain/ops/layer_norm.hpp>
+#include <cutrain/ops/matmul.hpp>
+#include <cutrain/ops/softmax.hpp>
 
 #include "conv_shapes.hpp"
 
@@ -186,6 +194,68 @@ void run_maxpool(benchmark::State& state, Layout layout, bool backward) {
   state.counters["GB/s"] = static_cast<double>(elements) * sizeof(T) / (ms * 1e-3) / 1e9;
 }
 
+enum class General { bmm_qk, bmm_pv, softmax_last, softmax_axis1, add_bcast, layer_norm, index_select };
+
+// One general op in bf16 (names and shapes as bench/torch_ops.py's run_general).
+void run_general(benchmark::State& state, General what) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  Rng rng(7);
+  const Device dev = Device::cuda(0);
+  const auto rand = [&](const Shape& s) { return cast<bfloat16>(Tensor<float>::uniform(s, rng, -1, 1)).to(dev); };
+  double ms = 0;
+  const auto time = [&](auto&& fn) {
+    for (auto _ : state) {
+      ms = median_ms(fn);
+      state.SetIterationTime(ms / 1e3);
+    }
+  };
+  switch (what) {
+    case General::bmm_qk: {
+      auto q = rand({64, 512, 64}), k = rand({64, 512, 64});
+      time([&] { benchmark::DoNotOptimize(ops::matmul(q, cutrain::transpose(k, -1, -2))); });
+      break;
+    }
+    case General::bmm_pv: {
+      auto pr = rand({64, 512, 512}), v = rand({64, 512, 64});
+      time([&] { benchmark::DoNotOptimize(ops::matmul(pr, v)); });
+      break;
+    }
+    case General::softmax_last:
+    case General::softmax_axis1: {
+      auto x = rand({64, 512, 512});
+      const int axis = what == General::softmax_last ? -1 : 1;
+      time([&] { benchmark::DoNotOptimize(ops::softmax_forward(x, axis)); });
+      break;
+    }
+    case General::add_bcast: {
+      auto x = rand({256, 128, 32, 32}), b = rand({128, 1, 1});
+      time([&] { benchmark::DoNotOptimize(ops::add(x, b)); });
+      break;
+    }
+    case General::layer_norm: {
+      auto x = rand({8192, 768});
+      auto g = Tensor<float>::uniform({768}, rng, 0.5, 1.5).to(dev), b = Tensor<float>::uniform({768}, rng, -0.5, 0.5).to(dev);
+      time([&] { benchmark::DoNotOptimize(ops::layer_norm_forward(x, g, b)); });
+      break;
+    }
+    case General::index_select: {
+      auto table = rand({50000, 768});
+      Tensor<std::int32_t> idx_host({4096});
+      std::vector<std::int32_t> v(4096);
+      for (auto& i : v) i = static_cast<std::int32_t>(rng.below(50000));
+      idx_host.assign(v);
+      auto idx = idx_host.to(dev);
+      time([&] { benchmark::DoNotOptimize(ops::index_select(table, 0, idx)); });
+      break;
+    }
+  }
+  cuda::synchronize("bench_ops_gpu");
+  state.counters["median_ms"] = ms;
+}
+
 const int registered = [] {
   static const auto shapes = load_shapes();
   for (const auto& s : shapes)
@@ -222,6 +292,15 @@ const int registered = [] {
                                  [bwd](benchmark::State& st) { run_maxpool<float>(st, Layout::nchw, bwd); })
         ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   }
+  for (auto [what, name] : {std::pair{General::bmm_qk, "bmm_qk_64x512x64"}, {General::bmm_pv, "bmm_pv_64x512x512x64"},
+                            {General::softmax_last, "softmax_last_64x512x512"},
+                            {General::softmax_axis1, "softmax_axis1_64x512x512"},
+                            {General::add_bcast, "add_bcast_256x128x32x32_128x1x1"},
+                            {General::layer_norm, "layer_norm_8192x768"},
+                            {General::index_select, "index_select_50000x768_4096"}})
+    benchmark::RegisterBenchmark((std::string("bf16_general/") + name).c_str(),
+                                 [what = what](benchmark::State& st) { run_general(st, what); })
+        ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   return 0;
 }();
 

@@ -109,6 +109,30 @@ def run_extra():
     return res
 
 
+def run_general():
+    # the general ops of a transformer in bf16, as bench_ops_gpu's bf16_general rows
+    res = {}
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    r = lambda *s: torch.rand(*s, **bf).mul_(2).sub_(1)
+    q, k, v, pr = r(64, 512, 64), r(64, 512, 64), r(64, 512, 64), r(64, 512, 512)
+    res["bf16_general/bmm_qk_64x512x64"] = median_ms(lambda: torch.matmul(q, k.transpose(-1, -2)))
+    res["bf16_general/bmm_pv_64x512x512x64"] = median_ms(lambda: torch.matmul(pr, v))
+    res["bf16_general/softmax_last_64x512x512"] = median_ms(lambda: torch.softmax(pr, -1))
+    res["bf16_general/softmax_axis1_64x512x512"] = median_ms(lambda: torch.softmax(pr, 1))
+    x, b = r(256, 128, 32, 32), r(128, 1, 1)
+    res["bf16_general/add_bcast_256x128x32x32_128x1x1"] = median_ms(lambda: x + b)
+    xl = r(8192, 768)
+    g, bb = torch.rand(768, device="cuda") + 0.5, torch.rand(768, device="cuda") - 0.5
+    try:  # bf16 x with f32 parameters, as cutrain's; older PyTorch wants one dtype
+        torch.nn.functional.layer_norm(xl, (768,), g, bb)
+    except RuntimeError:
+        g, bb = g.bfloat16(), bb.bfloat16()
+    res["bf16_general/layer_norm_8192x768"] = median_ms(lambda: torch.nn.functional.layer_norm(xl, (768,), g, bb))
+    table, idx = r(50000, 768), torch.randint(0, 50000, (4096,), device="cuda", dtype=torch.int32)
+    res["bf16_general/index_select_50000x768_4096"] = median_ms(lambda: torch.index_select(table, 0, idx))
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cutrain")
@@ -126,6 +150,7 @@ def main():
     torch_ms = {}
     torch_ms.update(run_convs())
     torch_ms.update(run_extra())
+    torch_ms.update(run_general())
     if args.out:
         json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "ms": torch_ms,
                    "ms_benchmark_off": heur}, open(args.out, "w"), indent=1)
