@@ -1,6 +1,7 @@
 // Pooling on the GPU (NVRTC kernels) with the semantics of cpu/pool2d.hpp: max (the first maximum
 // in row-then-column order wins ties, a NaN wins outright, padding acts as -inf) and average
-// (count_include_pad on or off), ceil mode with PyTorch's window rules, asymmetric padding; and
+// (count_include_pad on or off), ceil mode with PyTorch's window rules, asymmetric padding,
+// dilation (on a separate, simple path: pool2d_dilated.cuh); and
 // global average pooling. Forward and backward, in f32, bf16 and f16 with f32 sums. Every tensor
 // is indexed by its own strides: x, y, dy and dx may each be NCHW or NHWC, and inputs may be
 // strided views. Outputs are written in whatever contiguous layout the caller allocated.
