@@ -7,6 +7,7 @@
 // with NaN is compared exactly, forward and backward: the gradient must reach the same element as
 // on the CPU. Outputs are poisoned with NaN, so an unwritten element fails.
 #include "parity.hpp"
+#include "cpu/bad_input.hpp"
 
 #include <bit>
 #include <cmath>
@@ -219,18 +220,41 @@ TEST_CASE("gpu dilated max pooling with ties and NaN picks the CPU's element") {
 TEST_CASE("gpu dilated pooling: bad input is refused with the op's error") {
   Rng rng(3);
   auto [x, xr] = random_pair<float>({2, 3, 8, 8}, rng, Layout::nchw);
-  const auto p = Pool2dParams::max(3, 1, 2, 3);  // span 7
-  auto wrong = poisoned<float>({2, 3, 5, 4}, Layout::nchw);
-  CHECK_THROWS_AS(kernels::pool2d_forward(x, p, wrong), InvalidArgument);
-  CHECK_THROWS_AS(kernels::pool2d_backward(x, wrong, p, wrong), InvalidArgument);
+  const auto p = Pool2dParams::max(3, 1, 2, 3);  // span 7, pad 2: output [2,3,6,6]
   // a window whose taps (rows -1 and 8 of 8) all lie in the padding is refused on both backends
   const Pool2dParams empty{.mode = PM::average, .kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1,
                            .pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1, .dilation_h = 9,
                            .dilation_w = 9};
-  CHECK_THROWS_AS(pool2d_output_shape(x.shape(), empty), InvalidArgument);
+  const std::string kf = "cuda::kernels::pool2d_forward", kb = "cuda::kernels::pool2d_backward";
+  run_cases({
+      bad<InvalidArgument>("dilated y of the wrong shape", kf, {"y must have shape [2,3,6,6]", "[2,3,5,4]"},
+                           [&] {
+                             auto wrong = poisoned<float>({2, 3, 5, 4}, Layout::nchw);
+                             kernels::pool2d_forward(x, p, wrong);
+                           }),
+      bad<InvalidArgument>("dilated dy of the wrong shape", kb, {"dy must have the output shape [2,3,6,6]", "[2,3,5,4]"},
+                           [&] {
+                             auto wrong = poisoned<float>({2, 3, 5, 4}, Layout::nchw);
+                             auto dx = poisoned<float>({2, 3, 8, 8}, Layout::nchw);
+                             kernels::pool2d_backward(x, wrong, p, dx);
+                           }),
+      bad<InvalidArgument>("dilated dx of the wrong shape", kb, {"dx must have shape [2,3,8,8]", "[2,3,8,7]"},
+                           [&] {
+                             auto dy = poisoned<float>({2, 3, 6, 6}, Layout::nchw);
+                             auto dx = poisoned<float>({2, 3, 8, 7}, Layout::nchw);
+                             kernels::pool2d_backward(x, dy, p, dx);
+                           }),
+      bad<InvalidArgument>("dilated window wholly in the padding", kf, {"all lie in the padding", "[2,3,8,8]", "dilation 9x9"},
+                           [&] {
+                             auto y = poisoned<float>({2, 3, 1, 1}, Layout::nchw);
+                             kernels::pool2d_forward(x, empty, y);
+                           }),
+      bad<DeviceError>("dilated dy on the host", "pool2d_backward", {}, [&] {
+        auto y = ops::pool2d_forward(x, p);
+        Tensor<float> dy_host(y.shape());
+        (void)ops::pool2d_backward(x, y, dy_host, p);
+      }),
+  });
   CHECK_THROWS_AS(ops::pool2d_forward(x, empty), InvalidArgument);
-  auto y = ops::pool2d_forward(x, p);
-  Tensor<float> dy_host(y.shape());
-  CHECK_THROWS_AS(ops::pool2d_backward(x, y, dy_host, p), DeviceError);
   std::printf("%-60s ok\n", "pool2d dilated bad input");
 }
