@@ -29,7 +29,7 @@ struct Pool2dOptions {
   int padding = 0;
   bool count_include_pad = true;  // AvgPool2d only
   bool ceil_mode = false;
-  int dilation = 1;  // spacing of a window's taps (CPU only for now, docs/ops/pooling.md)
+  int dilation = 1;  // spacing of a window's taps (docs/ops/pooling.md)
 };
 
 struct MaxPool2d {

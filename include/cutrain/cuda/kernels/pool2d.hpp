@@ -1,6 +1,7 @@
 // Pooling on the GPU (NVRTC kernels) with the semantics of cpu/pool2d.hpp: max (the first maximum
 // in row-then-column order wins ties, a NaN wins outright, padding acts as -inf) and average
-// (count_include_pad on or off), ceil mode with PyTorch's window rules, asymmetric padding; and
+// (count_include_pad on or off), ceil mode with PyTorch's window rules, asymmetric padding,
+// dilation (on a separate, simple path: pool2d_dilated.cuh); and
 // global average pooling. Forward and backward, in f32, bf16 and f16 with f32 sums. Every tensor
 // is indexed by its own strides: x, y, dy and dx may each be NCHW or NHWC, and inputs may be
 // strided views. Outputs are written in whatever contiguous layout the caller allocated.
@@ -12,6 +13,9 @@
 // recomputes from x with the forward's tie rule (one int per output, in the workspace arena). So
 // it needs no indices saved by the forward and no atomics, and its result is deterministic.
 // Windows that tile the input (2x2 stride 2 on even sizes) take a one-pass kernel instead.
+// Dilation != 1 takes a separate, simple path (pool2d_dilated.cuh: one element per thread, the
+// backward a gather that recomputes each window's maximum), so that the fast kernels stay as
+// they are.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -37,6 +41,11 @@ namespace detail {
 template <GpuFloat T>
 const Program& pool2d_program() {
   static const Program p = programs::pool2d(device_type<T>);
+  return p;
+}
+template <GpuFloat T>
+const Program& pool2d_dilated_program() {
+  static const Program p = programs::pool2d_dilated(device_type<T>);
   return p;
 }
 
@@ -108,10 +117,10 @@ struct PoolDims {
 // arithmetic cannot overflow.
 inline PoolDims pool_dims(std::string_view op, const Shape& x, const Pool2dParams& p) {
   const Shape y = pool2d_output_shape(x, p, op);
-  // The kernels walk contiguous windows; a dilated window is CPU-only for now.
-  CUTRAIN_REQUIRE(p.dilation_h == 1 && p.dilation_w == 1, NotImplemented, op,
-                  "the GPU pooling kernels have no dilation yet: input ", x, " with ", p,
-                  " (run it on the CPU backend, or pool with dilation 1)");
+  // These kernels walk contiguous windows; pool2d_forward and pool2d_backward send dilated ones to
+  // the pool2d_dilated kernels before they get here.
+  CUTRAIN_REQUIRE(p.dilation_h == 1 && p.dilation_w == 1, InvalidArgument, op,
+                  "the contiguous-window pooling kernels got a dilated window: input ", x, " with ", p);
   const std::int64_t sh = p.effective_stride_h(), sw = p.effective_stride_w();
   constexpr std::int64_t limit = std::int64_t{1} << 30;
   CUTRAIN_REQUIRE(x[2] + p.pad_top + p.pad_bottom + p.kernel_h + sh < limit &&
@@ -220,6 +229,45 @@ void global_avg_pool_backward_plan(const Tensor<T>& dy, Tensor<T>& dx, Run&& run
       ll(dys[1]), ll(dxs[0]), ll(dxs[1]), ll(dxs[2]), ll(dxs[3]), total, cl ? 1 : 0, mg.m0, mg.m1, mg.m2);
 }
 
+inline bool dilated(const Pool2dParams& p) { return p.dilation_h != 1 || p.dilation_w != 1; }
+
+// The dilated path (pool2d_dilated.cuh): one thread per output (forward) or per dx element
+// (backward), walking the tensor it writes in its memory order; 64-bit index math, so no size
+// limit beyond the shape's. ys: the output shape, from pool2d_output_shape.
+#define CUTRAIN_POOL2D_DILATED_GEOM(xs_, ys_, p_)                                                                 \
+  ll(xs_[1]), ll(xs_[2]), ll(xs_[3]), ll(ys_[2]), ll(ys_[3]), p_.kernel_h, p_.kernel_w, p_.effective_stride_h(), \
+      p_.effective_stride_w(), p_.pad_top, p_.pad_bottom, p_.pad_left, p_.pad_right, p_.dilation_h, p_.dilation_w, \
+      p_.mode == PoolMode::average ? 1 : 0, p_.count_include_pad ? 1 : 0
+template <class T, class Run>
+void pool2d_dilated_forward_plan(const Tensor<T>& x, const Pool2dParams& p, const Shape& ys, Tensor<T>& y, Run&& run) {
+  const Shape& xsh = x.shape();
+  const auto &xs = x.strides(), &yst = y.strides();
+  const long long total = y.numel();
+  run("cutrain_pool2d_dilated_forward", dim3(grid_for(total)), dim3(256), x.data(), y.data(),
+      CUTRAIN_POOL2D_DILATED_GEOM(xsh, ys, p), ll(xs[0]), ll(xs[1]), ll(xs[2]), ll(xs[3]), ll(yst[0]), ll(yst[1]),
+      ll(yst[2]), ll(yst[3]), total, channels_last(y) ? 1 : 0);
+}
+
+template <class T, class Run>
+void pool2d_dilated_backward_plan(const Tensor<T>& x, const Tensor<T>& dy, const Pool2dParams& p, Tensor<T>& dx,
+                                  Run&& run) {
+  const Shape &xsh = x.shape(), &ys = dy.shape();
+  const auto &xs = x.strides(), &dys = dy.strides(), &dxs = dx.strides();
+  const long long total = dx.numel();
+  run("cutrain_pool2d_dilated_backward", dim3(grid_for(total)), dim3(256), x.data(), dy.data(), dx.data(),
+      CUTRAIN_POOL2D_DILATED_GEOM(xsh, ys, p), ll(xs[0]), ll(xs[1]), ll(xs[2]), ll(xs[3]), ll(dys[0]), ll(dys[1]),
+      ll(dys[2]), ll(dys[3]), ll(dxs[0]), ll(dxs[1]), ll(dxs[2]), ll(dxs[3]), total, channels_last(dx) ? 1 : 0);
+}
+#undef CUTRAIN_POOL2D_DILATED_GEOM
+
+// run() for the dilated plans.
+template <GpuFloat T>
+auto pool2d_dilated_launcher(int dev, std::string_view op) {
+  return [dev, op](const char* kernel, dim3 grid, dim3 block, const auto&... args) {
+    launch(function(dev, pool2d_dilated_program<T>(), kernel), grid, block, op, args...);
+  };
+}
+
 // run() for the plans: launches the program's kernel on device dev.
 template <GpuFloat T>
 auto pool2d_launcher(int dev, std::string_view op) {
@@ -242,9 +290,16 @@ template <GpuFloat T>
 void pool2d_forward(const Tensor<T>& x, const Pool2dParams& p, Tensor<T>& y) {
   constexpr std::string_view op = "cuda::kernels::pool2d_forward";
   detail::require_cuda_input(op, x, "x");
+  const int dev = x.device().index;
+  if (detail::dilated(p)) {
+    const Shape ys = pool2d_output_shape(x.shape(), p, op);
+    detail::require_output(op, y, ys, x.device(), "y");
+    DeviceScope scope(dev);
+    detail::pool2d_dilated_forward_plan(x, p, ys, y, detail::pool2d_dilated_launcher<T>(dev, op));
+    return;
+  }
   const detail::PoolDims d = detail::pool_dims(op, x.shape(), p);
   detail::require_output(op, y, Shape{d.N, d.C, d.OH, d.OW}, x.device(), "y");
-  const int dev = x.device().index;
   DeviceScope scope(dev);
   detail::pool2d_forward_plan(x, d, y, detail::pool2d_launcher<T>(dev, op));
 }
@@ -257,12 +312,17 @@ void pool2d_backward(const Tensor<T>& x, const Tensor<T>& dy, const Pool2dParams
   detail::require_cuda_input(op, x, "x");
   detail::require_cuda_input(op, dy, "dy");
   detail::require_same_device(op, x, dy, "x", "dy");
-  const detail::PoolDims d = detail::pool_dims(op, x.shape(), p);
-  const Shape ys{d.N, d.C, d.OH, d.OW};
+  const Shape ys = pool2d_output_shape(x.shape(), p, op);
   CUTRAIN_REQUIRE(dy.shape() == ys, InvalidArgument, op, "dy must have the output shape ", ys, " of x ", x.describe(),
                   " with ", p, ", got ", dy.describe());
   detail::require_output(op, dx, x.shape(), x.device(), "dx");
   const int dev = x.device().index;
+  if (detail::dilated(p)) {
+    DeviceScope scope(dev);
+    detail::pool2d_dilated_backward_plan(x, dy, p, dx, detail::pool2d_dilated_launcher<T>(dev, op));
+    return;
+  }
+  const detail::PoolDims d = detail::pool_dims(op, x.shape(), p);
   DeviceScope scope(dev);
   auto scratch = [dev](std::size_t bytes) { return static_cast<int*>(workspace(dev, bytes)); };
   detail::pool2d_backward_plan(x, dy, d, dx, scratch, detail::pool2d_launcher<T>(dev, op));

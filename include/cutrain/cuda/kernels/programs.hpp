@@ -22,6 +22,7 @@
 #include "cutrain/cuda/kernels/index_cuh.hpp"
 #include "cutrain/cuda/kernels/optim_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_cuh.hpp"
+#include "cutrain/cuda/kernels/pool2d_dilated_cuh.hpp"
 #include "cutrain/cuda/kernels/program.hpp"
 #include "cutrain/cuda/kernels/reduce_cuh.hpp"
 #include "cutrain/cuda/kernels/softmax_cuh.hpp"
@@ -94,6 +95,15 @@ inline Program pool2d(std::string_view t) {
                        "cutrain_pool2d_backward_tiled", "cutrain_pool2d_backward_tiled_vec",
                        "cutrain_global_avg_pool_planes", "cutrain_global_avg_pool_channels",
                        "cutrain_global_avg_pool_backward"});
+}
+
+// Dilated 2-d pooling (dilation != 1), max and average, forward and backward, with the semantics
+// of cpu/pool2d.hpp: a simple path beside pool2d's fast kernels, one element per thread (the
+// backward one per dx element, a gather without atomics that recomputes each window's maximum),
+// 64-bit index math, every tensor through its own strides. f32 arithmetic.
+inline Program pool2d_dilated(std::string_view t) {
+  return make_program("pool2d_dilated", source::pool2d_dilated, {{"T", t}},
+                      {"cutrain_pool2d_dilated_forward", "cutrain_pool2d_dilated_backward"});
 }
 
 // Batch-norm inference, y = (x - mean[c]) * gamma[c] / sqrt(var[c] + eps) + beta[c], x and y in
@@ -175,6 +185,7 @@ inline std::vector<Program> all_programs() {
     all.push_back(programs::bias_grad(t));
     all.push_back(programs::optim(t));
     all.push_back(programs::pool2d(t));
+    all.push_back(programs::pool2d_dilated(t));
     all.push_back(programs::batch_norm_inference(t));
     all.push_back(programs::softmax(t));
     all.push_back(programs::reduce(t));
