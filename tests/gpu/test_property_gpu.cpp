@@ -71,6 +71,16 @@ Input<T> random_input(const Shape& s, Rng& rng) {
   return {cutrain::transpose(x, a, b), cutrain::transpose(ref, a, b), cutrain::detail::cat("transpose(", a, ", ", b, ")")};
 }
 
+// The pooling output shape, or [1, 1, 1, 1] where the CPU refuses p (the case then checks that
+// both backends refuse it).
+inline Shape pool2d_output_shape_or(const Shape& x, const Pool2dParams& p) {
+  try {
+    return pool2d_output_shape(x, p);
+  } catch (const Error&) {
+    return Shape{1, 1, 1, 1};
+  }
+}
+
 // max |gpu - ref| / max(1, max |ref|), NaN counting as infinite.
 template <class T>
 double scaled_error(const Tensor<T>& gpu, const Tensor<double>& ref) {
@@ -342,10 +352,23 @@ void property_suite(int cases_per_op) {
       const Input<T> x = random_input<T>(s, rng);
       const int k = 1 + static_cast<int>(rng.below(3)), st = 1 + static_cast<int>(rng.below(2));
       const int pad = static_cast<int>(rng.below(static_cast<std::uint64_t>(k)));
-      const Pool2dParams p = rng.below(2) ? Pool2dParams::max(k, st, pad) : Pool2dParams::average(k, st, pad);
+      Pool2dParams p = rng.below(2) ? Pool2dParams::max(k, st, pad) : Pool2dParams::average(k, st, pad);
+      p.dilation_h = p.dilation_w = rng.below(3) == 0 ? 2 : 1;
+      const Input<T> dy = random_input<T>(pool2d_output_shape_or(s, p), rng);
       run_case<T>(
-          tallies["pool2d"], label("pool2d", x) + cutrain::detail::cat(" k", k, " s", st, " p", pad), tol,
-          [&] { return refs<T>(ops::pool2d_forward(x.ref, p)); }, [&] { return outs<T>(ops::pool2d_forward(x.x, p)); });
+          tallies["pool2d"], label("pool2d", x) + cutrain::detail::cat(" ", p), tol,
+          [&] {
+            std::vector<Tensor<double>> v;
+            v.push_back(ops::pool2d_forward(x.ref, p));
+            v.push_back(ops::pool2d_backward(x.ref, v.back(), dy.ref, p));
+            return v;
+          },
+          [&] {
+            std::vector<Tensor<T>> v;
+            v.push_back(ops::pool2d_forward(x.x, p));
+            v.push_back(ops::pool2d_backward(x.x, v.back(), dy.x, p));
+            return v;
+          });
     }
     {  // matmul with batch dims that broadcast, each operand its own view (transposes included)
       const Shape batch = random_shape(rng, 0, 2);
