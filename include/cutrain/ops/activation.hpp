@@ -21,7 +21,7 @@ Tensor<T> activation_forward(const Tensor<T>& x, const ActivationParams& a) {
   return detail::dispatch<Tensor<T>>(
       op, [&](const auto& x) { return cpu::activation_forward(x, a); },
       CUTRAIN_IF_CUDA([&](const auto& x) {
-        const auto xs = x.contiguous(detail::elementwise_layout(x));
+        const auto xs = detail::contiguous_aligned(x, detail::elementwise_layout(x));
         Tensor<T> y = detail::device_output<T>(x.shape(), xs);
         // cuDNN's pointwise node; where it has no engine (tiny tensors), cutrain's kernel.
         if (!cuda::cudnn::activation_forward(xs, a, y)) cuda::kernels::activation_forward(xs, a, y);
@@ -40,7 +40,7 @@ Tensor<T> activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Act
       op, [&](const auto& x, const auto& dy) { return cpu::activation_backward(x, dy, a); },
       CUTRAIN_IF_CUDA([&](const auto& x, const auto& dy) {
         const Layout l = detail::elementwise_layout(dy);
-        const auto xs = x.contiguous(l), dys = dy.contiguous(l);
+        const auto xs = detail::contiguous_aligned(x, l), dys = detail::contiguous_aligned(dy, l);
         Tensor<T> dx = detail::device_output<T>(x.shape(), dys);
         if (!cuda::cudnn::activation_backward(xs, dys, a, dx)) cuda::kernels::activation_backward(xs, dys, a, dx);
         return dx;

@@ -64,8 +64,9 @@ BatchNormForward<T, S> batch_norm_forward_training(const Tensor<T>& x, const Ten
         BatchNormForward<T, S> r{detail::device_output<T>(x.shape(), x), Tensor<S>(c, {.device = dev}),
                                  Tensor<S>(c, {.device = dev})};
         Tensor<S> next_mean(c, {.device = dev}), next_var(c, {.device = dev});
+        const auto xa = detail::aligned16(x);  // cuDNN refuses misaligned pointers (a slice's view)
         // cuDNN's batchnorm node; where it has no engine (odd C), cutrain's kernel.
-        if (!cuda::cudnn::batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
+        if (!cuda::cudnn::batch_norm_forward_training(xa, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
                                                       r.save_inv_std, next_mean, next_var))
           cuda::kernels::batch_norm_train_forward(x, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
                                                   r.save_inv_std, next_mean, next_var);
@@ -120,7 +121,8 @@ NormBackward<T, S> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, 
         const Device dev = x.device();
         NormBackward<T, S> r{detail::device_output<T>(x.shape(), dy), Tensor<S>(c, {.device = dev}),
                              Tensor<S>(c, {.device = dev})};
-        if (!cuda::cudnn::batch_norm_backward(x, dy, gamma, mean, inv_std, r.dx, r.dgamma, r.dbeta))
+        const auto xa = detail::aligned16(x), dya = detail::aligned16(dy);
+        if (!cuda::cudnn::batch_norm_backward(xa, dya, gamma, mean, inv_std, r.dx, r.dgamma, r.dbeta))
           cuda::kernels::batch_norm_train_backward(x, dy, gamma, mean, inv_std, r.dx, r.dgamma, r.dbeta);
         return r;
       }),

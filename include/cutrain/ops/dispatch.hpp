@@ -13,6 +13,8 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <cstdint>
+
 #include <concepts>
 #include <new>
 #include <stdexcept>
@@ -37,6 +39,23 @@ template <class T, class U>
 Tensor<T> device_output(const Shape& shape, const Tensor<U>& like) {
   const Layout l = shape.rank() == 4 && like.layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;
   return Tensor<T>(shape, {.layout = l, .device = like.device()});
+}
+
+// t itself where its data is 16-byte aligned, else a copy in its own (aligned) storage: cuDNN's
+// engines refuse a misaligned pointer (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER at execute), and
+// a view of a slice can start anywhere.
+template <class T>
+Tensor<T> aligned16(const Tensor<T>& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data()) % 16 == 0) return t.view();
+  return t.clone(t.is_contiguous() ? t.layout() : Layout::row_major);
+}
+
+// t contiguous in layout l, in 16-byte-aligned storage (see aligned16).
+template <class T>
+Tensor<T> contiguous_aligned(const Tensor<T>& t, Layout l) {
+  Tensor<T> c = t.contiguous(l);
+  if (reinterpret_cast<std::uintptr_t>(c.data()) % 16 == 0) return c;
+  return c.clone(l);
 }
 
 // The contiguous layout an elementwise op computes in: nhwc for an nhwc tensor, else row-major.

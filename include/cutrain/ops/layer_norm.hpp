@@ -78,11 +78,11 @@ LayerNormForward<T, S> layer_norm_rows_forward(std::string_view op, const Tensor
         const Device dev = x.device();
         // cuDNN's layer norm (9.19, H200) gave wrong results for NHWC x and has no NHWC backward:
         // it runs on a row-major (NCHW) copy, and y goes back to x's layout.
-        const auto xs = x.contiguous(Layout::row_major);
+        const auto xs = contiguous_aligned(x, Layout::row_major);
         LayerNormForward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(Shape{x.dim(0)}, {.device = dev}),
                                  Tensor<S>(Shape{x.dim(0)}, {.device = dev})};
-        cuda::cudnn::layer_norm_forward(xs, gamma.contiguous(Layout::row_major), beta.contiguous(Layout::row_major),
-                                        eps, r.y, r.mean, r.inv_std);
+        cuda::cudnn::layer_norm_forward(xs, contiguous_aligned(gamma, Layout::row_major),
+                                        contiguous_aligned(beta, Layout::row_major), eps, r.y, r.mean, r.inv_std);
         if (elementwise_layout(x) == Layout::nhwc) r.y = r.y.contiguous(Layout::nhwc);
         return r;
       }),
@@ -100,11 +100,11 @@ NormBackward<T, S> layer_norm_rows_backward(std::string_view op, const Tensor<T>
       CUTRAIN_IF_CUDA([](const auto& x, const auto& dy, const auto& gamma, const auto& mean, const auto& inv_std) {
         const Device dev = x.device();
         // Row-major (NCHW) only, as in the forward.
-        const auto xs = x.contiguous(Layout::row_major), dys = dy.contiguous(Layout::row_major);
+        const auto xs = contiguous_aligned(x, Layout::row_major), dys = contiguous_aligned(dy, Layout::row_major);
         NormBackward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(gamma.shape(), {.device = dev}),
                              Tensor<S>(gamma.shape(), {.device = dev})};
-        cuda::cudnn::layer_norm_backward(xs, dys, gamma.contiguous(Layout::row_major), mean, inv_std, r.dx, r.dgamma,
-                                         r.dbeta);
+        cuda::cudnn::layer_norm_backward(xs, dys, contiguous_aligned(gamma, Layout::row_major), aligned16(mean),
+                                         aligned16(inv_std), r.dx, r.dgamma, r.dbeta);
         if (elementwise_layout(dy) == Layout::nhwc) r.dx = r.dx.contiguous(Layout::nhwc);
         return r;
       }),

@@ -107,7 +107,7 @@ Tensor<T> run_matmul(std::string_view op, const MatmulOperands<T>& o, const Tens
       },
       CUTRAIN_IF_CUDA([&](const auto& a, const auto& b, const auto& c) {
         using U = typename std::remove_cvref_t<decltype(a)>::value_type;
-        Tensor<U> y = detail::device_output<U>(o.full, a);
+        Tensor<U> y(o.full, {.device = a.device()});  // row-major, whatever a's layout
         cuda::cublas::matmul_into(a, b, c, static_cast<float>(alpha), static_cast<float>(beta), y, op);
         return y;
       }),

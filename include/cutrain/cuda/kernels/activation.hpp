@@ -30,7 +30,7 @@ const Program& activation_program() {
 template <class T>
 void require_alike(std::string_view op, const Tensor<T>& a, std::string_view a_name, const Tensor<T>& b,
                    std::string_view b_name) {
-  CUTRAIN_REQUIRE(a.shape() == b.shape() && a.strides() == b.strides() && a.is_contiguous(), InvalidArgument, op,
+  CUTRAIN_REQUIRE(a.shape() == b.shape() && a.is_contiguous() && a.layout() == b.layout(), InvalidArgument, op,
                   a_name, " ", a.describe(), " and ", b_name, " ", b.describe(),
                   " must be contiguous and laid out alike");
   CUTRAIN_REQUIRE(a.device() == b.device(), DeviceError, op, a_name, " ", a.describe(), " and ", b_name, " ",
