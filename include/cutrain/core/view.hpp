@@ -203,7 +203,8 @@ Tensor<T> slice(const Tensor<T>& t, int dim, std::int64_t start, std::int64_t st
   Strides st = t.strides();
   const auto ud = static_cast<std::size_t>(d);
   s[d] = count;
-  const std::int64_t offset = t.offset() + (count > 0 ? start * st[ud] : 0);
+  // An empty view starts where t does (its offset is never read), so it stays inside t's storage.
+  const std::int64_t offset = t.offset() + (s.numel() > 0 ? start * st[ud] : 0);
   st[ud] *= step;
   return t.as_strided(s, st, offset);
 }
