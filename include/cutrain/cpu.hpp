@@ -8,6 +8,7 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/data/idx.hpp"
 #include "cutrain/ops/activation.hpp"
+#include "cutrain/ops/attention.hpp"
 #include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/conv2d.hpp"

@@ -6,6 +6,7 @@
 // The ops live in autograd/functions/, one file per family; this header includes them all.
 #pragma once
 
+#include "cutrain/autograd/functions/attention.hpp"
 #include "cutrain/autograd/functions/broadcast.hpp"
 #include "cutrain/autograd/functions/conv_pool.hpp"
 #include "cutrain/autograd/functions/conv_transpose.hpp"

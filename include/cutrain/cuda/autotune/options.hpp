@@ -53,8 +53,9 @@ inline std::optional<Mode> parse_mode(std::string_view s) {
 }
 
 // What a cuDNN graph computes, as far as the tuner cares: convolutions (with their fused
-// epilogues) are tuned; normalization and pointwise graphs only with Options::tune_all_graphs.
-enum class GraphFamily { convolution, normalization, pointwise };
+// epilogues) and attention are tuned; normalization and pointwise graphs only with
+// Options::tune_all_graphs.
+enum class GraphFamily { convolution, normalization, pointwise, attention };
 
 struct Options {
   int max_candidates = 18;                       // distinct engine configs tried per op, the baseline included

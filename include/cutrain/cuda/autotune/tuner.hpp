@@ -307,9 +307,9 @@ class Tuning {
 namespace fe = cudnn_frontend;
 
 // Whether the tuner plans graphs of `family` under options o: convolutions (with their fused
-// epilogues), or every graph with tune_all_graphs.
+// epilogues) and attention, or every graph with tune_all_graphs.
 inline bool tunes(GraphFamily family, const Options& o) {
-  return o.tune_all_graphs || family == GraphFamily::convolution;
+  return o.tune_all_graphs || family == GraphFamily::convolution || family == GraphFamily::attention;
 }
 
 // How a graph's execution plan is chosen, passed to cudnn::build() and then finish()ed once the

@@ -29,7 +29,9 @@ enum class GraphOp : std::uint8_t {
   layer_norm_backward,
   activation_forward,
   activation_backward,
-  conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add (last: keeps the others' values)
+  conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add
+  attention_forward,  // fused scaled dot-product attention (new values go last: keeps the others')
+  attention_backward,
 };
 
 // What the autotuner needs to know of an op: convolutions are tuned by default.
@@ -39,6 +41,8 @@ constexpr autotune::GraphFamily family(GraphOp op) {
       return autotune::GraphFamily::convolution;
     case GraphOp::activation_forward: case GraphOp::activation_backward:
       return autotune::GraphFamily::pointwise;
+    case GraphOp::attention_forward: case GraphOp::attention_backward:
+      return autotune::GraphFamily::attention;
     default:
       return autotune::GraphFamily::normalization;
   }

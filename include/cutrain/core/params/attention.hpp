@@ -1,0 +1,69 @@
+// Scaled dot-product attention: parameters, the optional padding lengths and the results that
+// forward hands to backward, shared by the CPU and CUDA backends (docs/ops/attention.md).
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+#include <string_view>
+#include <type_traits>
+
+#include "cutrain/core/error.hpp"
+#include "cutrain/core/tensor.hpp"
+
+namespace cutrain::inline CUTRAIN_ABI {
+
+struct AttentionParams {
+  bool causal = false;  // query i attends to keys j <= i (top-left aligned, as torch's is_causal)
+  double scale = 0;     // multiplies Q Kᵀ; 0: 1 / sqrt(D)
+  bool deterministic = false;  // the backward without atomics (cuDNN's deterministic engine)
+  friend bool operator==(const AttentionParams&, const AttentionParams&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const AttentionParams& p) {
+  return os << "{causal " << (p.causal ? "true" : "false") << ", scale " << p.scale
+            << (p.deterministic ? ", deterministic" : "") << "}";
+}
+
+// Padding masks: int32 [B] tensors on q's device, or undefined (every position valid). Query
+// rows i >= q[b] give zero output and zero gradients; keys j >= kv[b] are masked out. Values lie
+// in [1, Sq] and [1, Skv].
+struct AttentionLengths {
+  Tensor<std::int32_t> q{}, kv{};
+  bool any() const { return q.defined() || kv.defined(); }
+  // Views of the same lengths (Tensors are not copied implicitly).
+  AttentionLengths view() const {
+    return {q.defined() ? q.view() : Tensor<std::int32_t>{}, kv.defined() ? kv.view() : Tensor<std::int32_t>{}};
+  }
+};
+
+// o: [B, H, Sq, Dv]; stats: [B, H, Sq], the log-sum-exp of each query row's scaled, masked
+// scores (natural log), which the backward uses to rebuild the softmax. S is T on the CPU and
+// float on the GPU. A padded row's statistic is unspecified.
+template <class T, class S = T>
+struct AttentionForward {
+  Tensor<T> o;
+  Tensor<S> stats;
+};
+
+// The statistics' element type: f64 for f64 inputs (the CPU), else f32.
+template <class T>
+using AttentionStats = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <class T>
+struct AttentionBackward {
+  Tensor<T> dq, dk, dv;
+};
+
+namespace detail {
+// The scale an attention with head dim d uses.
+inline double attention_scale(std::string_view op, const AttentionParams& p, std::int64_t d) {
+  CUTRAIN_REQUIRE(std::isfinite(p.scale) && p.scale >= 0, InvalidArgument, op,
+                  "scale must be finite and >= 0 (0: 1/sqrt(D)), got ", p.scale);
+  return p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(d));
+}
+}  // namespace detail
+
+}  // namespace cutrain::inline CUTRAIN_ABI

@@ -1,0 +1,170 @@
+// Scaled dot-product attention on cuDNN's fused SDPA nodes (flash-style: the [Sq, Skv] scores
+// never reach memory), forward and backward, bf16 and f16, with the semantics of
+// cpu/attention.hpp. q, k, v, o and their gradients are [B, H, S, D] with any strides whose last
+// is 1 (a [B, S, H, D] tensor viewed through permute needs no copy); stats is [B, H, Sq] in f32,
+// the log-sum-exp the backward takes. Lengths (padding masks) are int32 [B] or undefined.
+// The functions return false, having run nothing, where cuDNN has no engine for the signature
+// (f32, head dims it does not support); ops/attention.hpp then composes the op from matmuls.
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "cutrain/core/params/attention.hpp"
+#include "cutrain/cuda/cudnn/plan_store.hpp"
+
+namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
+
+namespace detail {
+// stats [B, H, Sq] as the [B, H, Sq, 1] tensor the SDPA nodes take.
+inline std::pair<Shape, Strides> attention_stats_view(const Tensor<float>& stats) {
+  const std::int64_t b = stats.dim(0), h = stats.dim(1), s = stats.dim(2);
+  return {Shape{b, h, s, 1}, Strides{h * s, s, 1, 1}};
+}
+
+inline TensorAttr attention_lengths(fe::graph::Graph& g, const char* name, std::int64_t b) {
+  return tensor(g, name, Shape{b, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::INT32);
+}
+
+template <class T>
+std::shared_ptr<fe::graph::Graph> attention_graph() {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe_type<T>::value)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+template <class T>
+void attention_output(const TensorAttr& a, const Tensor<T>& t) {
+  a->set_output(true).set_dim(t.shape().dims()).set_stride(t.strides()).set_data_type(fe_type<T>::value);
+}
+
+// Padded graphs are left to the heuristics: the tuner's scratch lengths are zeros, and timing an
+// attention over no keys says nothing.
+inline autotune::GraphFamily attention_family(bool padded) {
+  return padded ? autotune::GraphFamily::normalization : autotune::GraphFamily::attention;
+}
+
+}  // namespace detail
+
+// o and stats of softmax(scale q kᵀ, masked) v. False: no engine (nothing ran).
+template <GpuFloat T>
+[[nodiscard]] bool attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                     const Tensor<std::int32_t>& q_len, const Tensor<std::int32_t>& kv_len,
+                                     double scale, bool causal, Tensor<T>& o, Tensor<float>& stats) {
+  constexpr std::string_view op = "scaled_dot_product_attention";
+  const int dev = q.device().index;
+  const bool padded = q_len.defined();
+  const auto [ss, sst] = detail::attention_stats_view(stats);
+  GraphKey key(GraphOp::attention_forward, dev);
+  key.add(dtype_of<T>).add(scale).add(causal).add(padded);
+  key.add(q.shape(), q.strides()).add(k.shape(), k.strides()).add(v.shape(), v.strides()).add(o.shape(), o.strides());
+  PlanStore& store = plan_store();
+  bool failed = false;
+  BuiltGraph* bg = store.find(key, failed);
+  if (!bg && !failed) {
+    const std::string text =
+        cutrain::detail::cat("sdpa fwd ", dtype_of<T>, " scale ", scale, causal ? " causal" : "", padded ? " padded" : "",
+                             signature(" q", q.shape(), q.strides()), signature(" k", k.shape(), k.strides()),
+                             signature(" v", v.shape(), v.strides()), signature(" o", o.shape(), o.strides()));
+    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, detail::attention_family(padded)),
+                         [&](autotune::Planner& planner) {
+      auto g = detail::attention_graph<T>();
+      auto Q = tensor(*g, "q", q), K = tensor(*g, "k", k), V = tensor(*g, "v", v);
+      auto attrs = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(
+          static_cast<float>(scale));
+      if (causal) attrs.set_causal_mask(true);
+      TensorAttr SQ, SKV;
+      if (padded) {
+        SQ = detail::attention_lengths(*g, "seq_len_q", q.dim(0));
+        SKV = detail::attention_lengths(*g, "seq_len_kv", q.dim(0));
+        attrs.set_padding_mask(true).set_seq_len_q(SQ).set_seq_len_kv(SKV);
+      }
+      auto [O, STATS] = g->sdpa(Q, K, V, attrs);
+      detail::attention_output(O, o);
+      STATS->set_output(true).set_dim(ss.dims()).set_stride(sst).set_data_type(fe::DataType_t::FLOAT);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      std::vector<TensorAttr> ts{Q, K, V, O, STATS};
+      if (padded) ts.insert(ts.end(), {SQ, SKV});
+      return BuiltGraph{g, std::move(ts), g->get_workspace_size()};
+    });
+  }
+  if (!bg) return ++kernel_fallbacks(), false;
+  if (padded)
+    execute(*bg, dev, {q.data(), k.data(), v.data(), o.data(), stats.data(), q_len.data(), kv_len.data()}, op);
+  else
+    execute(*bg, dev, {q.data(), k.data(), v.data(), o.data(), stats.data()}, op);
+  return true;
+}
+
+// dq, dk, dv from the forward's o and stats. deterministic asks cuDNN for an engine without
+// atomics. False: no engine (nothing ran).
+template <GpuFloat T>
+[[nodiscard]] bool attention_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& o,
+                                      const Tensor<T>& dout, const Tensor<float>& stats,
+                                      const Tensor<std::int32_t>& q_len, const Tensor<std::int32_t>& kv_len,
+                                      double scale, bool causal, bool deterministic, Tensor<T>& dq, Tensor<T>& dk,
+                                      Tensor<T>& dv) {
+  constexpr std::string_view op = "scaled_dot_product_attention_backward";
+  const int dev = q.device().index;
+  const bool padded = q_len.defined();
+  const auto [ss, sst] = detail::attention_stats_view(stats);
+  GraphKey key(GraphOp::attention_backward, dev);
+  key.add(dtype_of<T>).add(scale).add(causal).add(padded).add(deterministic);
+  for (const Tensor<T>* t : std::initializer_list<const Tensor<T>*>{&q, &k, &v, &o, &dout, &dq, &dk, &dv})
+    key.add(t->shape(), t->strides());
+  PlanStore& store = plan_store();
+  bool failed = false;
+  BuiltGraph* bg = store.find(key, failed);
+  if (!bg && !failed) {
+    const std::string text = cutrain::detail::cat(
+        "sdpa bwd ", dtype_of<T>, " scale ", scale, causal ? " causal" : "", padded ? " padded" : "",
+        deterministic ? " deterministic" : "", signature(" q", q.shape(), q.strides()),
+        signature(" k", k.shape(), k.strides()), signature(" v", v.shape(), v.strides()),
+        signature(" o", o.shape(), o.strides()), signature(" do", dout.shape(), dout.strides()),
+        signature(" dq", dq.shape(), dq.strides()), signature(" dk", dk.shape(), dk.strides()),
+        signature(" dv", dv.shape(), dv.strides()));
+    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, detail::attention_family(padded)),
+                         [&](autotune::Planner& planner) {
+      auto g = detail::attention_graph<T>();
+      auto Q = tensor(*g, "q", q), K = tensor(*g, "k", k), V = tensor(*g, "v", v);
+      auto O = tensor(*g, "o", o), DO = tensor(*g, "do", dout);
+      auto STATS = tensor(*g, "stats", ss, sst, fe::DataType_t::FLOAT);
+      auto attrs = fe::graph::SDPA_backward_attributes().set_name("sdpa_backward").set_attn_scale(
+          static_cast<float>(scale));
+      if (causal) attrs.set_causal_mask(true);
+      if (deterministic) attrs.set_deterministic_algorithm(true);
+      TensorAttr SQ, SKV;
+      if (padded) {
+        SQ = detail::attention_lengths(*g, "seq_len_q", q.dim(0));
+        SKV = detail::attention_lengths(*g, "seq_len_kv", q.dim(0));
+        attrs.set_padding_mask(true).set_seq_len_q(SQ).set_seq_len_kv(SKV);
+      }
+      auto [DQ, DK, DV] = g->sdpa_backward(Q, K, V, O, DO, STATS, attrs);
+      detail::attention_output(DQ, dq);
+      detail::attention_output(DK, dk);
+      detail::attention_output(DV, dv);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      std::vector<TensorAttr> ts{Q, K, V, O, DO, STATS, DQ, DK, DV};
+      if (padded) ts.insert(ts.end(), {SQ, SKV});
+      return BuiltGraph{g, std::move(ts), g->get_workspace_size()};
+    });
+  }
+  if (!bg) return ++kernel_fallbacks(), false;
+  if (padded)
+    execute(*bg, dev,
+            {q.data(), k.data(), v.data(), o.data(), dout.data(), stats.data(), dq.data(), dk.data(), dv.data(),
+             q_len.data(), kv_len.data()},
+            op);
+  else
+    execute(*bg, dev,
+            {q.data(), k.data(), v.data(), o.data(), dout.data(), stats.data(), dq.data(), dk.data(), dv.data()}, op);
+  return true;
+}
+
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

@@ -1,0 +1,171 @@
+// scaled_dot_product_attention forward and backward: validate, then dispatch on the tensors'
+// device. CPU: cpu/attention.hpp. GPU: cuDNN's fused SDPA (cuda/cudnn/attention.hpp) in bf16 and
+// f16, else (f32, or a signature cuDNN has no engine for) the composition of matmuls in
+// ops/attention_composed.hpp. docs/ops/attention.md.
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "cutrain/core/check.hpp"
+#include "cutrain/core/params/attention.hpp"
+#include "cutrain/core/view.hpp"
+#include "cutrain/cpu/attention.hpp"
+#include "cutrain/ops/attention_composed.hpp"
+#include "cutrain/ops/dispatch.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cudnn/attention.hpp"
+#endif
+
+namespace cutrain::inline CUTRAIN_ABI::ops {
+
+namespace detail {
+// One padding length tensor: int32 [B] on q's device, values in [1, limit]; read to the host.
+inline std::vector<std::int32_t> attention_lengths(std::string_view op, const Tensor<std::int32_t>& len,
+                                                   std::string_view name, std::int64_t b, std::int64_t limit,
+                                                   Device dev) {
+  if (!len.defined()) return {};
+  CUTRAIN_REQUIRE(len.rank() == 1 && len.dim(0) == b, InvalidArgument, op, name, " must be int32 [", b,
+                  "] (one length per batch element), got ", len.describe());
+  CUTRAIN_REQUIRE(len.device() == dev, DeviceError, op, name, " is on ", len.device(), ", q on ", dev);
+  std::vector<std::int32_t> v = len.to_vector();
+  for (std::size_t i = 0; i < v.size(); ++i)
+    CUTRAIN_REQUIRE(v[i] >= 1 && v[i] <= limit, InvalidArgument, op, name, "[", i, "] = ", v[i],
+                    " is outside [1, ", limit, "]");
+  return v;
+}
+
+// Checks q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv] (H a multiple of Hk), the
+// parameters and the lengths; returns the geometry the backends take.
+template <class T>
+cpu::detail::AttentionGeometry attention_geometry(std::string_view op, const Tensor<T>& q, const Tensor<T>& k,
+                                                  const Tensor<T>& v, const AttentionParams& p,
+                                                  const AttentionLengths& lens) {
+  check::rank(op, q, 4, "q [B, H, Sq, D]");
+  check::rank(op, k, 4, "k [B, Hk, Skv, D]");
+  check::rank(op, v, 4, "v [B, Hk, Skv, Dv]");
+  check::non_empty(op, q, "q");
+  check::non_empty(op, k, "k");
+  check::non_empty(op, v, "v");
+  const Device dev = check::same_device(op, q, k, v);
+  cpu::detail::AttentionGeometry g;
+  g.B = q.dim(0), g.H = q.dim(1), g.Sq = q.dim(2), g.D = q.dim(3);
+  g.Hk = k.dim(1), g.Skv = k.dim(2), g.Dv = v.dim(3);
+  CUTRAIN_REQUIRE(k.dim(0) == g.B && k.dim(3) == g.D, InvalidArgument, op, "k ", k.describe(),
+                  " must be [B, Hk, Skv, D] with q's B and D (q ", q.describe(), ")");
+  CUTRAIN_REQUIRE(v.dim(0) == g.B && v.dim(1) == g.Hk && v.dim(2) == g.Skv, InvalidArgument, op, "v ", v.describe(),
+                  " must be [B, Hk, Skv, Dv] with k's B, Hk and Skv (k ", k.describe(), ")");
+  CUTRAIN_REQUIRE(g.H % g.Hk == 0, InvalidArgument, op, "q's ", g.H, " heads must be a multiple of k's and v's ", g.Hk,
+                  " (q ", q.describe(), ", k ", k.describe(), ")");
+  g.scale = cutrain::detail::attention_scale(op, p, g.D);
+  g.causal = p.causal;
+  g.q_len = attention_lengths(op, lens.q, "lengths.q", g.B, g.Sq, dev);
+  g.kv_len = attention_lengths(op, lens.kv, "lengths.kv", g.B, g.Skv, dev);
+  return g;
+}
+
+#ifdef CUTRAIN_WITH_CUDA
+// t as cuDNN's SDPA takes it: last stride 1, the others multiples of 8 elements, 16-byte aligned
+// data (a view where t is one, else a row-major copy).
+template <class T>
+Tensor<T> attention_operand(const Tensor<T>& t) {
+  bool ok = t.strides()[3] == 1 && reinterpret_cast<std::uintptr_t>(t.data()) % 16 == 0;
+  for (int d = 0; d < 3; ++d) ok = ok && (t.dim(d) == 1 || t.strides()[d] % 8 == 0);
+  return ok ? t.view() : contiguous_aligned(t, Layout::row_major);
+}
+
+// A new [B, heads, S, last] tensor laid out as like is: [B, S, heads, last] in memory (seen
+// through a permute) when like is, else row-major.
+template <class T>
+Tensor<T> attention_like(const Tensor<T>& like, std::int64_t last) {
+  const std::int64_t b = like.dim(0), h = like.dim(1), s = like.dim(2);
+  if (h > 1 && s > 1 && like.strides()[1] < like.strides()[2])
+    return cutrain::permute(Tensor<T>(Shape{b, s, h, last}, {.device = like.device()}), {0, 2, 1, 3});
+  return Tensor<T>(Shape{b, h, s, last}, {.device = like.device()});
+}
+
+// Both lengths on the device for cuDNN (which takes both or neither): a missing one is full.
+struct DeviceLengths {
+  Tensor<std::int32_t> q, kv;
+};
+inline DeviceLengths attention_device_lengths(const cpu::detail::AttentionGeometry& g, const AttentionLengths& lens,
+                                              Device dev) {
+  if (!lens.any()) return {};
+  const auto full = [&](std::int64_t s) {
+    return Tensor<std::int32_t>::full(Shape{g.B}, static_cast<std::int32_t>(s), {.device = dev});
+  };
+  return {lens.q.defined() ? contiguous_aligned(lens.q, Layout::row_major) : full(g.Sq),
+          lens.kv.defined() ? contiguous_aligned(lens.kv, Layout::row_major) : full(g.Skv)};
+}
+#endif
+}  // namespace detail
+
+// softmax(scale q kᵀ + mask) v over q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv]
+// (H a multiple of Hk: grouped-query attention), any strides. Returns o [B, H, Sq, Dv] (on the
+// GPU laid out as q is: [B, S, H, D] in memory for a permuted [B, S, H, D] q) and the log-sum-exp
+// statistics [B, H, Sq] the backward takes (f32 on the GPU). Masks: p.causal, and padding
+// lengths (read to the host to check them: not inside a CUDA-graph capture).
+template <class T>
+AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(const Tensor<T>& q, const Tensor<T>& k,
+                                                                            const Tensor<T>& v,
+                                                                            const AttentionParams& p = {},
+                                                                            const AttentionLengths& lens = {}) {
+  constexpr std::string_view op = "scaled_dot_product_attention";
+  const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
+  return detail::dispatch<AttentionForward<T, AttentionStats<T>>>(
+      op, [&](const auto& q, const auto& k, const auto& v) { return cpu::attention_forward(q, k, v, g); },
+      CUTRAIN_IF_CUDA([&](const auto& q, const auto& k, const auto& v) -> AttentionForward<T, float> {
+        if constexpr (!std::is_same_v<T, float>) {
+          const detail::DeviceLengths dl = detail::attention_device_lengths(g, lens, q.device());
+          AttentionForward<T, float> r{detail::attention_like(q, g.Dv),
+                                       Tensor<float>(Shape{g.B, g.H, g.Sq}, {.device = q.device()})};
+          if (cuda::cudnn::attention_forward(detail::attention_operand(q), detail::attention_operand(k),
+                                             detail::attention_operand(v), dl.q, dl.kv, g.scale, g.causal, r.o,
+                                             r.stats))
+            return r;
+        }
+        return detail::attention_forward_composed(q, k, v, g);
+      }),
+      q, k, v);
+}
+
+// dq, dk, dv (q's, k's and v's shapes; on the GPU laid out as they are) from the forward's o and
+// stats, the output gradient dout, and the forward's parameters and lengths.
+template <class T>
+AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                                           const Tensor<T>& o, const Tensor<T>& dout,
+                                                           const Tensor<AttentionStats<T>>& stats,
+                                                           const AttentionParams& p = {},
+                                                           const AttentionLengths& lens = {}) {
+  constexpr std::string_view op = "scaled_dot_product_attention_backward";
+  const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
+  check::shape(op, o, Shape{g.B, g.H, g.Sq, g.Dv}, "o");
+  check::shape(op, dout, Shape{g.B, g.H, g.Sq, g.Dv}, "dout");
+  check::shape(op, stats, Shape{g.B, g.H, g.Sq}, "stats");
+  return detail::dispatch<AttentionBackward<T>>(
+      op,
+      [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& dout, const auto& stats) {
+        return cpu::attention_backward(q, k, v, o, dout, stats, g);
+      },
+      CUTRAIN_IF_CUDA([&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& dout,
+                          const auto& stats) -> AttentionBackward<T> {
+        if constexpr (!std::is_same_v<T, float>) {
+          const detail::DeviceLengths dl = detail::attention_device_lengths(g, lens, q.device());
+          AttentionBackward<T> r{detail::attention_like(q, g.D), detail::attention_like(k, g.D),
+                                 detail::attention_like(v, g.Dv)};
+          if (cuda::cudnn::attention_backward(detail::attention_operand(q), detail::attention_operand(k),
+                                              detail::attention_operand(v), detail::attention_operand(o),
+                                              detail::attention_operand(dout), detail::contiguous_aligned(stats, Layout::row_major),
+                                              dl.q, dl.kv, g.scale, g.causal, p.deterministic, r.dq, r.dk, r.dv))
+            return r;
+        }
+        return detail::attention_backward_composed(q, k, v, o, dout, stats, g);
+      }),
+      q, k, v, o, dout, stats);
+}
+
+}  // namespace cutrain::inline CUTRAIN_ABI::ops
