@@ -3,9 +3,11 @@
 #pragma once
 
 #include "cutrain/autograd.hpp"
+#include "cutrain/nn/attention.hpp"
 #include "cutrain/nn/batch_norm.hpp"
 #include "cutrain/nn/conv2d.hpp"
 #include "cutrain/nn/conv_transpose2d.hpp"
+#include "cutrain/nn/embedding.hpp"
 #include "cutrain/nn/init.hpp"
 #include "cutrain/nn/layer_norm.hpp"
 #include "cutrain/nn/layers.hpp"
@@ -17,6 +19,7 @@
 #include "cutrain/nn/module.hpp"
 #include "cutrain/nn/residual.hpp"
 #include "cutrain/nn/sequential.hpp"
+#include "cutrain/nn/transformer.hpp"
 #include "cutrain/optim/clip.hpp"
 #include "cutrain/optim/grad_scaler.hpp"
 #include "cutrain/optim/optimizer.hpp"

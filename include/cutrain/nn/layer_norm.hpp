@@ -29,7 +29,11 @@ class LayerNorm : public Module<LayerNorm<T>, T> {
     weight = autograd::parameter(Tensor<T>::full(s, T(1)));
     bias = autograd::parameter(Tensor<T>::zeros(s));
   }
-  Var<T> operator()(const Var<T>& x) const { return autograd::layer_norm(x, weight, bias, opts_.eps); }
+  // x in T, or (mixed precision, on the GPU) bf16/f16 under f32 parameters, which stay f32.
+  template <RunsIn<T> X>
+  Var<X> operator()(const Var<X>& x) const {
+    return autograd::layer_norm(x, weight, bias, opts_.eps);
+  }
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
     f(join_name(prefix, "weight"), weight);
     f(join_name(prefix, "bias"), bias);

@@ -48,7 +48,7 @@ template <class V>
   throw InvalidArgument("nn::Sequential",
                         cutrain::detail::cat("module ", index, " does not take a Var of ", dtype_of<typename VarElement<V>::type>,
                                              " (a module with parameters in T takes T, or bf16/f16 under f32 "
-                                             "parameters; LayerNorm takes T only)"));
+                                             "parameters)"));
 }
 
 template <class T, class M>

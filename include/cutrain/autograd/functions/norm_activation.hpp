@@ -188,14 +188,18 @@ Var<T> batch_norm(const Var<T>& x, const Var<S>& gamma, const Var<S>& beta, Tens
   }
 }
 
-template <class T>
+// S as in batch norm: T, or f32 under a bf16/f16 x on the GPU (gamma and beta then get their
+// gradients sent directly).
+template <class T, class S = T>
 struct LayerNormFn final : Node<T> {
   double eps;
-  Tensor<T> x, gamma, mean, inv_std;
+  Tensor<T> x;
+  Tensor<S> gamma, mean, inv_std;
+  std::shared_ptr<detail::VarImpl<S>> gamma_in, beta_in;  // S != T only
   explicit LayerNormFn(double e) : eps(e) {}
   std::string_view name() const override { return "layer_norm"; }
-  Tensor<T> forward(const Tensor<T>& x_, const Tensor<T>& gamma_, const Tensor<T>& beta_) {
-    LayerNormForward<T, T> r = ops::layer_norm_forward(x_, gamma_, beta_, eps);
+  Tensor<T> forward(const Tensor<T>& x_, const Tensor<S>& gamma_, const Tensor<S>& beta_) {
+    LayerNormForward<T, S> r = ops::layer_norm_forward(x_, gamma_, beta_, eps);
     this->save(x, x_, "x");
     this->save(gamma, gamma_, "gamma");
     mean = std::move(r.mean);
@@ -203,25 +207,48 @@ struct LayerNormFn final : Node<T> {
     return std::move(r.y);
   }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
-    NormBackward<T, T> r = ops::layer_norm_backward(x, dy, gamma, mean, inv_std);
-    std::vector<Tensor<T>> g(3);
-    if (this->needs_grad(0)) g[0] = std::move(r.dx);
-    if (this->needs_grad(1)) g[1] = std::move(r.dgamma);
-    if (this->needs_grad(2)) g[2] = std::move(r.dbeta);
-    return g;
+    NormBackward<T, S> r = ops::layer_norm_backward(x, dy, gamma, mean, inv_std);
+    if constexpr (std::same_as<T, S>) {
+      std::vector<Tensor<T>> g(3);
+      if (this->needs_grad(0)) g[0] = std::move(r.dx);
+      if (this->needs_grad(1)) g[1] = std::move(r.dgamma);
+      if (this->needs_grad(2)) g[2] = std::move(r.dbeta);
+      return g;
+    } else {
+      detail::send_gradient(gamma_in, std::move(r.dgamma));
+      detail::send_gradient(beta_in, std::move(r.dbeta));
+      std::vector<Tensor<T>> g(1);
+      if (this->needs_grad(0)) g[0] = std::move(r.dx);
+      return g;
+    }
   }
-  void release_saved() override { x = {}; gamma = {}; mean = {}; inv_std = {}; }
+  void release_saved() override {
+    x = {};
+    gamma = {};
+    mean = {};
+    inv_std = {};
+    gamma_in.reset();
+    beta_in.reset();
+  }
 };
 
 // Normalizes x over its trailing dims, gamma's shape (1 to x.rank() of them; all after the first for
-// x [N, ...] and gamma [...]), per element of the leading dims; beta has gamma's shape.
-template <class T>
-Var<T> layer_norm(const Var<T>& x, const Var<T>& gamma, const Var<T>& beta, double eps = 1e-5) {
+// x [N, ...] and gamma [...]), per element of the leading dims; beta has gamma's shape. gamma and
+// beta in S: x's type, or f32 under a bf16/f16 x on the GPU (mixed precision).
+template <class T, class S>
+Var<T> layer_norm(const Var<T>& x, const Var<S>& gamma, const Var<S>& beta, double eps = 1e-5) {
   detail::require_defined("autograd::layer_norm",
                           {{x.defined(), "x"}, {gamma.defined(), "gamma"}, {beta.defined(), "beta"}});
-  auto fn = std::make_shared<LayerNormFn<T>>(eps);
+  auto fn = std::make_shared<LayerNormFn<T, S>>(eps);
   Tensor<T> y = fn->forward(x.value(), gamma.value(), beta.value());
-  return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});
+  if constexpr (std::same_as<T, S>) {
+    return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});
+  } else {
+    if (!detail::records({x.requires_grad(), gamma.requires_grad(), beta.requires_grad()})) return Var<T>(std::move(y));
+    fn->gamma_in = gamma.impl();
+    fn->beta_in = beta.impl();
+    return detail::finish<T>(std::move(y), fn, {&x}, /*others_require_grad=*/true);
+  }
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::autograd
