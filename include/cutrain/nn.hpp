@@ -16,6 +16,7 @@
 #include "cutrain/nn/models.hpp"
 #include "cutrain/nn/module.hpp"
 #include "cutrain/nn/residual.hpp"
+#include "cutrain/nn/rms_norm.hpp"
 #include "cutrain/nn/sequential.hpp"
 #include "cutrain/optim/clip.hpp"
 #include "cutrain/optim/grad_scaler.hpp"

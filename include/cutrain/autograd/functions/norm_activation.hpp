@@ -1,6 +1,6 @@
 // Differentiable activations and normalization on Var<T>: activation with its named forms (relu,
 // leaky_relu, elu, sigmoid, tanh, gelu, silu), batch_norm in training and eval mode (parameters
-// and statistics in T, or in f32 under a bf16/f16 x on the GPU), and layer_norm. Each is a Node
+// and statistics in T, or in f32 under a bf16/f16 x on the GPU), layer_norm and rms_norm. Each is a Node
 // whose backward calls the op's own backward in ops/, except batch norm's eval mode (on the host).
 #pragma once
 
@@ -19,6 +19,7 @@
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/layer_norm.hpp"
+#include "cutrain/ops/rms_norm.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::autograd {
 
@@ -222,6 +223,39 @@ Var<T> layer_norm(const Var<T>& x, const Var<T>& gamma, const Var<T>& beta, doub
   auto fn = std::make_shared<LayerNormFn<T>>(eps);
   Tensor<T> y = fn->forward(x.value(), gamma.value(), beta.value());
   return detail::finish<T>(std::move(y), fn, {&x, &gamma, &beta});
+}
+
+template <class T>
+struct RmsNormFn final : Node<T> {
+  double eps;
+  Tensor<T> x, gamma, inv_rms;
+  explicit RmsNormFn(double e) : eps(e) {}
+  std::string_view name() const override { return "rms_norm"; }
+  Tensor<T> forward(const Tensor<T>& x_, const Tensor<T>& gamma_) {
+    RmsNormForward<T, T> r = ops::rms_norm_forward(x_, gamma_, eps);
+    this->save(x, x_, "x");
+    this->save(gamma, gamma_, "gamma");
+    inv_rms = std::move(r.inv_rms);
+    return std::move(r.y);
+  }
+  std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
+    RmsNormBackward<T, T> r = ops::rms_norm_backward(x, dy, gamma, inv_rms);
+    std::vector<Tensor<T>> g(2);
+    if (this->needs_grad(0)) g[0] = std::move(r.dx);
+    if (this->needs_grad(1)) g[1] = std::move(r.dgamma);
+    return g;
+  }
+  void release_saved() override { x = {}; gamma = {}; inv_rms = {}; }
+};
+
+// RMS-normalizes x over its trailing dims, gamma's shape (1 to x.rank() of them), per element of
+// the leading dims: y = gamma * x / sqrt(mean(x^2) + eps). No bias.
+template <class T>
+Var<T> rms_norm(const Var<T>& x, const Var<T>& gamma, double eps = 1e-5) {
+  detail::require_defined("autograd::rms_norm", {{x.defined(), "x"}, {gamma.defined(), "gamma"}});
+  auto fn = std::make_shared<RmsNormFn<T>>(eps);
+  Tensor<T> y = fn->forward(x.value(), gamma.value());
+  return detail::finish<T>(std::move(y), fn, {&x, &gamma});
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::autograd

@@ -29,7 +29,10 @@ enum class GraphOp : std::uint8_t {
   layer_norm_backward,
   activation_forward,
   activation_backward,
-  conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add (last: keeps the others' values)
+  conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add
+  // New values go last: the others keep theirs.
+  rms_norm_forward,
+  rms_norm_backward,
 };
 
 // What the autotuner needs to know of an op: convolutions are tuned by default.
