@@ -23,6 +23,7 @@
 #include "cutrain/ops/matmul.hpp"
 #include "cutrain/ops/pool2d.hpp"
 #include "cutrain/ops/reduce.hpp"
+#include "cutrain/ops/rms_norm.hpp"
 #include "cutrain/ops/shape_ops.hpp"
 #include "cutrain/ops/softmax.hpp"
 #include "cutrain/ops/sum_to.hpp"

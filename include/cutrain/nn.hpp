@@ -18,6 +18,7 @@
 #include "cutrain/nn/models.hpp"
 #include "cutrain/nn/module.hpp"
 #include "cutrain/nn/residual.hpp"
+#include "cutrain/nn/rms_norm.hpp"
 #include "cutrain/nn/sequential.hpp"
 #include "cutrain/nn/transformer.hpp"
 #include "cutrain/optim/clip.hpp"

@@ -1,6 +1,6 @@
 // Differentiable activations and normalization on Var<T>: activation with its named forms (relu,
 // leaky_relu, elu, sigmoid, tanh, gelu, silu), batch_norm in training and eval mode (parameters
-// and statistics in T, or in f32 under a bf16/f16 x on the GPU), and layer_norm. Each is a Node
+// and statistics in T, or in f32 under a bf16/f16 x on the GPU), layer_norm and rms_norm. Each is a Node
 // whose backward calls the op's own backward in ops/, except batch norm's eval mode (on the host).
 #pragma once
 
@@ -19,6 +19,7 @@
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/layer_norm.hpp"
+#include "cutrain/ops/rms_norm.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::autograd {
 
@@ -247,6 +248,61 @@ Var<T> layer_norm(const Var<T>& x, const Var<S>& gamma, const Var<S>& beta, doub
     if (!detail::records({x.requires_grad(), gamma.requires_grad(), beta.requires_grad()})) return Var<T>(std::move(y));
     fn->gamma_in = gamma.impl();
     fn->beta_in = beta.impl();
+    return detail::finish<T>(std::move(y), fn, {&x}, /*others_require_grad=*/true);
+  }
+}
+
+// S as in layer norm: T, or f32 under a bf16/f16 x on the GPU.
+template <class T, class S = T>
+struct RmsNormFn final : Node<T> {
+  double eps;
+  Tensor<T> x;
+  Tensor<S> gamma, inv_rms;
+  std::shared_ptr<detail::VarImpl<S>> gamma_in;  // S != T only
+  explicit RmsNormFn(double e) : eps(e) {}
+  std::string_view name() const override { return "rms_norm"; }
+  Tensor<T> forward(const Tensor<T>& x_, const Tensor<S>& gamma_) {
+    RmsNormForward<T, S> r = ops::rms_norm_forward(x_, gamma_, eps);
+    this->save(x, x_, "x");
+    this->save(gamma, gamma_, "gamma");
+    inv_rms = std::move(r.inv_rms);
+    return std::move(r.y);
+  }
+  std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
+    RmsNormBackward<T, S> r = ops::rms_norm_backward(x, dy, gamma, inv_rms);
+    if constexpr (std::same_as<T, S>) {
+      std::vector<Tensor<T>> g(2);
+      if (this->needs_grad(0)) g[0] = std::move(r.dx);
+      if (this->needs_grad(1)) g[1] = std::move(r.dgamma);
+      return g;
+    } else {
+      detail::send_gradient(gamma_in, std::move(r.dgamma));
+      std::vector<Tensor<T>> g(1);
+      if (this->needs_grad(0)) g[0] = std::move(r.dx);
+      return g;
+    }
+  }
+  void release_saved() override {
+    x = {};
+    gamma = {};
+    inv_rms = {};
+    gamma_in.reset();
+  }
+};
+
+// RMS-normalizes x over its trailing dims, gamma's shape (1 to x.rank() of them), per element of
+// the leading dims: y = gamma * x / sqrt(mean(x^2) + eps). No bias. gamma in S: x's type, or f32
+// under a bf16/f16 x on the GPU (mixed precision).
+template <class T, class S>
+Var<T> rms_norm(const Var<T>& x, const Var<S>& gamma, double eps = 1e-5) {
+  detail::require_defined("autograd::rms_norm", {{x.defined(), "x"}, {gamma.defined(), "gamma"}});
+  auto fn = std::make_shared<RmsNormFn<T, S>>(eps);
+  Tensor<T> y = fn->forward(x.value(), gamma.value());
+  if constexpr (std::same_as<T, S>) {
+    return detail::finish<T>(std::move(y), fn, {&x, &gamma});
+  } else {
+    if (!detail::records({x.requires_grad(), gamma.requires_grad()})) return Var<T>(std::move(y));
+    fn->gamma_in = gamma.impl();
     return detail::finish<T>(std::move(y), fn, {&x}, /*others_require_grad=*/true);
   }
 }

@@ -1,4 +1,4 @@
-// Batch and layer normalization: parameters and the results that forward hands to backward,
+// Batch, layer and RMS normalization: parameters and the results that forward hands to backward,
 // shared by the CPU and CUDA backends.
 #pragma once
 
@@ -46,6 +46,20 @@ template <class T, class S = T>
 struct NormBackward {
   Tensor<T> dx;
   Tensor<S> dgamma, dbeta;
+};
+
+// inv_rms (the leading dims' shape) is 1 / sqrt(mean(x^2) + eps) per row, for rms_norm_backward.
+template <class T, class S = T>
+struct RmsNormForward {
+  Tensor<T> y;
+  Tensor<S> inv_rms;
+};
+
+// RMS norm has no bias: dgamma only.
+template <class T, class S = T>
+struct RmsNormBackward {
+  Tensor<T> dx;
+  Tensor<S> dgamma;
 };
 
 namespace detail {

@@ -30,8 +30,11 @@ enum class GraphOp : std::uint8_t {
   activation_forward,
   activation_backward,
   conv_dgrad_bias,  // conv_transpose2d with a bias: dgrad + a fused bias add
-  attention_forward,  // fused scaled dot-product attention (new values go last: keeps the others')
+  // New values go last: the others keep theirs.
+  attention_forward,  // fused scaled dot-product attention
   attention_backward,
+  rms_norm_forward,
+  rms_norm_backward,
 };
 
 // What the autotuner needs to know of an op: convolutions are tuned by default.

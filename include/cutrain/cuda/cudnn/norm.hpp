@@ -1,10 +1,13 @@
-// Batch and layer normalization on cuDNN's graph API (its normalization nodes), with the
-// semantics of cpu/batch_norm.hpp and cpu/layer_norm.hpp. x is T (f32, bf16, f16); scale, bias,
+// Batch, layer and RMS normalization on cuDNN's graph API (its normalization nodes), with the
+// semantics of cpu/batch_norm.hpp, cpu/layer_norm.hpp and cpu/rms_norm.hpp. x is T (f32, bf16, f16); scale, bias,
 // running and saved statistics are f32 (S = float), as cuDNN's engines require and as mixed
 // precision wants.
 // The batch-norm functions return false, having run nothing, where cuDNN has no engine for the
 // signature (any odd channel count on the H200); ops/batch_norm.hpp then runs the NVRTC kernels
 // of cuda/kernels/batch_norm_train.hpp.
+// The RMS-norm functions return false likewise: cuDNN's engines for the node cover some row
+// sizes and dtypes, not all, and ops/rms_norm.hpp then composes the op from cutrain's other GPU
+// ops in f32.
 // Inference forward is not here: cuDNN 9.19 had no engine for the batchnorm_inference node on
 // the H200 (any layout or dtype), so it is an NVRTC kernel (cuda/kernels/batch_norm_inference.hpp).
 #pragma once
@@ -221,6 +224,94 @@ void layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<f
   }
   execute(*bg, dev,
           {x.data(), dy.data(), gamma.data(), mean.data(), inv_std.data(), dx.data(), dgamma.data(), dbeta.data()}, op);
+}
+
+
+namespace detail {
+// A row-major x [N, ...] as [N, D, 1, 1]; gamma ([...], row-major) as [1, D, 1, 1].
+template <class T>
+std::pair<Shape, Strides> rms_view(std::string_view op, const Tensor<T>& t, std::string_view name) {
+  const Layout l = t.layout();
+  CUTRAIN_REQUIRE(l == Layout::row_major || l == Layout::nchw, InvalidArgument, op, name, " ", t.describe(),
+                  " must be contiguous row-major here (ops/rms_norm.hpp stages it)");
+  const std::int64_t n = t.dim(0), d = t.numel() / std::max<std::int64_t>(n, 1);
+  return {Shape{n, d, 1, 1}, Strides{d, 1, d, d}};
+}
+}  // namespace detail
+
+// y = gamma * x * inv_rms, inv_rms = 1 / sqrt(mean(x^2) + eps) over each row of x [N, ...]
+// (row-major, everything after dim 0): cuDNN's rmsnorm node in training phase, whose
+// INV_VARIANCE output is inv_rms ([N], f32). False, having run nothing: no engine.
+template <GpuFloat T>
+[[nodiscard]] bool rms_norm_forward(const Tensor<T>& x, const Tensor<float>& gamma, double eps, Tensor<T>& y,
+                                    Tensor<float>& inv_rms) {
+  constexpr std::string_view op = "rms_norm_forward";
+  const int dev = x.device().index;
+  const auto [xs, xst] = detail::rms_view(op, x, "x");
+  const auto [ys, yst] = detail::rms_view(op, y, "y");
+  const std::int64_t n = xs[0], d = xs[1];
+  GraphKey key(GraphOp::rms_norm_forward, dev);
+  key.add(dtype_of<T>).add(eps).add(xs, xst).add(ys, yst);
+  PlanStore& store = plan_store();
+  bool failed = false;
+  BuiltGraph* bg = store.find(key, failed);
+  if (!bg && !failed) {
+    const std::string text = cutrain::detail::cat("rms fwd ", dtype_of<T>, " eps ", eps, signature(" x", xs, xst),
+                                                 signature(" y", ys, yst));
+    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::norm_graph<T>();
+      auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
+      auto SCALE = tensor(*g, "scale", Shape{1, d, 1, 1}, Strides{d, 1, d, d}, fe::DataType_t::FLOAT);
+      auto EPS = detail::scalar(*g, static_cast<float>(eps));
+      auto [Y, INV] = g->rmsnorm(
+          X, SCALE, fe::graph::Rmsnorm_attributes().set_forward_phase(fe::NormFwdPhase_t::TRAINING).set_epsilon(EPS));
+      detail::output(Y, ys, yst, fe_type<T>::value);
+      detail::output(INV, {n, 1, 1, 1}, {1, 1, 1, 1}, fe::DataType_t::FLOAT);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      return BuiltGraph{g, {X, SCALE, Y, INV}, g->get_workspace_size()};
+    });
+  }
+  if (!bg) return ++kernel_fallbacks(), false;
+  execute(*bg, dev, {x.data(), gamma.data(), y.data(), inv_rms.data()}, op);
+  return true;
+}
+
+// dx and dgamma of rms_norm_forward from its inv_rms: cuDNN's rmsnorm_backward node without a
+// bias gradient. False, having run nothing: no engine.
+template <GpuFloat T>
+[[nodiscard]] bool rms_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<float>& gamma,
+                                     const Tensor<float>& inv_rms, Tensor<T>& dx, Tensor<float>& dgamma) {
+  constexpr std::string_view op = "rms_norm_backward";
+  const int dev = x.device().index;
+  const auto [xs, xst] = detail::rms_view(op, x, "x");
+  const auto [dys, dyst] = detail::rms_view(op, dy, "dy");
+  const auto [dxs, dxst] = detail::rms_view(op, dx, "dx");
+  const std::int64_t n = xs[0], d = xs[1];
+  GraphKey key(GraphOp::rms_norm_backward, dev);
+  key.add(dtype_of<T>).add(xs, xst).add(dys, dyst).add(dxs, dxst);
+  PlanStore& store = plan_store();
+  bool failed = false;
+  BuiltGraph* bg = store.find(key, failed);
+  if (!bg && !failed) {
+    const std::string text = cutrain::detail::cat("rms bwd ", dtype_of<T>, signature(" x", xs, xst),
+                                                 signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
+    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
+      auto g = detail::norm_graph<T>();
+      auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
+      auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
+      auto SCALE = tensor(*g, "scale", Shape{1, d, 1, 1}, Strides{d, 1, d, d}, fe::DataType_t::FLOAT);
+      auto INV = tensor(*g, "inv_rms", Shape{n, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::FLOAT);
+      auto [DX, DSCALE, DBIAS] =
+          g->rmsnorm_backward(DY, X, SCALE, INV, fe::graph::Rmsnorm_backward_attributes().has_dbias(false));
+      detail::output(DX, dxs, dxst, fe_type<T>::value);
+      detail::output(DSCALE, {1, d, 1, 1}, {d, 1, d, d}, fe::DataType_t::FLOAT);
+      build(*g, handles(dev).cudnn, op, text, false, planner);
+      return BuiltGraph{g, {X, DY, SCALE, INV, DX, DSCALE}, g->get_workspace_size()};
+    });
+  }
+  if (!bg) return ++kernel_fallbacks(), false;
+  execute(*bg, dev, {x.data(), dy.data(), gamma.data(), inv_rms.data(), dx.data(), dgamma.data()}, op);
+  return true;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn
