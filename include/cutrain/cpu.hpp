@@ -7,6 +7,7 @@
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/core/view.hpp"
 #include "cutrain/data/idx.hpp"
+#include "cutrain/data/text.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/attention.hpp"
 #include "cutrain/ops/batch_norm.hpp"
