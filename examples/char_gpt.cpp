@@ -9,7 +9,7 @@
 //   char_gpt --corpus FILE [--device cpu|cuda] [--steps N] [--batch N] [--context N] [--layers N]
 //            [--heads N] [--dim N] [--lr X] [--min-lr X] [--warmup N] [--eval-every N]
 //            [--eval-batches N] [--seed N] [--precision f32|bf16] [--checkpoint FILE] [--resume]
-//            [--stop-after N] [--sample N] [--temperature X] [--top-k N] [--out FILE]
+//            [--stop-after N] [--sample N] [--temperature X] [--top-k N] [--out FILE] [--cuda-graphs]
 //
 // On the GPU the defaults are the ~10.8M-parameter model (6 layers, 6 heads, dim 384, context
 // 256, batch 64, 3000 steps, bf16); on the CPU a tiny one that trains in minutes on 2 cores
@@ -18,6 +18,8 @@
 // --eval-batches deterministic windows of the last 10% of the corpus and bits per character, and
 // writes --checkpoint (model, both optimizers, step, sampler state); --resume continues from it.
 // The last lines: generated text, then "final val loss L, bpc B, median step M ms, T tokens/s".
+// --cuda-graphs (GPU) runs the first step eagerly, captures the whole step (forward, backward,
+// clipping on the device, both AdamW updates) as a CUDA graph and replays it for the others.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +31,7 @@
 #include <functional>
 #include <iostream>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +54,7 @@ struct Args {
   std::int64_t warmup = 100, eval_every = 0, eval_batches = 0, sample = 400, top_k = 10, stop_after = 0;
   double lr = 1e-3, min_lr = 1e-4, temperature = 0.8;
   std::uint64_t seed = 1337;
-  bool resume = false;
+  bool resume = false, cuda_graphs = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -60,7 +63,7 @@ struct Args {
             << "                [--layers N] [--heads N] [--dim N] [--lr X] [--min-lr X] [--warmup N]\n"
             << "                [--eval-every N] [--eval-batches N] [--seed N] [--precision f32|bf16]\n"
             << "                [--checkpoint FILE] [--resume] [--stop-after N] [--sample N]\n"
-            << "                [--temperature X] [--top-k N] [--out FILE]\n"
+            << "                [--temperature X] [--top-k N] [--out FILE] [--cuda-graphs]\n"
             << "  (scripts/char-corpus FILE writes the fortunes corpus)\n";
   std::exit(2);
 }
@@ -113,6 +116,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--precision") a.precision = value();
     else if (f == "--checkpoint") a.checkpoint = value();
     else if (f == "--resume") a.resume = true;
+    else if (f == "--cuda-graphs") a.cuda_graphs = true;
     else if (f == "--stop-after") a.stop_after = num();
     else if (f == "--sample") a.sample = num();
     else if (f == "--temperature") a.temperature = real();
@@ -219,6 +223,11 @@ void sync([[maybe_unused]] Device dev) {
 #endif
 }
 
+// Copies one loss value into slot k of losses, in stream order (no host read per step).
+void record_loss(Tensor<float>& losses, std::int64_t k, const Tensor<float>& loss) {
+  copy_bytes(losses.data() + k, losses.device(), loss.data(), loss.device(), sizeof(float));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -262,6 +271,36 @@ int main(int argc, char** argv) {
               << " layers, " << args.heads << " heads, dim " << args.dim << ", context " << args.context << "), batch "
               << args.batch << ", " << args.steps << " steps, " << args.precision << std::endl;
 
+    if (args.cuda_graphs && !dev.is_cuda()) usage("--cuda-graphs needs the GPU");
+#ifdef CUTRAIN_WITH_CUDA
+    // On the GPU everything runs on a stream of our own: a CUDA graph cannot be captured on the
+    // default stream, and eager runs use the same one so that both behave alike.
+    std::optional<cuda::Stream> stream;
+    std::optional<cuda::StreamGuard> on_stream;
+    if (dev.is_cuda()) {
+      stream.emplace(dev.index);
+      on_stream.emplace(stream->get());
+    }
+    std::optional<cuda::CudaGraph> graph;
+#endif
+    // One step on the batch in x_in, y_in (device tensors the host refills before each step).
+    Tensor<std::int32_t> x_in(Shape{args.batch, args.context}, {.device = dev});
+    Tensor<std::int32_t> y_in(Shape{args.batch * args.context}, {.device = dev});
+    const auto train_step = [&] {
+      for (const auto& p : params) p.zero_grad();
+      Var<float> loss = autograd::cross_entropy(logits(gpt, x_in, bf16), y_in);
+      loss.backward();
+      if (dev.is_cuda())
+        (void)optim::clip_grad_norm_device(params, 1.0);
+      else
+        (void)optim::clip_grad_norm(params, 1.0);
+      opt_decay.step();
+      opt_no_decay.step();
+      return loss;
+    };
+    Var<float> graph_loss;
+    Tensor<float> losses(Shape{args.eval_every}, {.device = dev});
+
     const bool tty = isatty(STDOUT_FILENO) != 0;
     std::vector<double> step_ms;
     double window_loss = 0;
@@ -273,13 +312,21 @@ int main(int argc, char** argv) {
       opt_decay.set_lr(lr);
       opt_no_decay.set_lr(lr);
       const data::TokenBatch b = corpus.sample(data::Split::train, args.batch, args.context, sampler);
-      for (const auto& p : params) p.zero_grad();
-      Var<float> loss = autograd::cross_entropy(logits(gpt, b.x.to(dev), bf16), b.y.reshape({b.y.numel()}).to(dev));
-      loss.backward();
-      optim::clip_grad_norm(params, 1.0);
-      opt_decay.step();
-      opt_no_decay.step();
-      window_loss += loss.value().to_vector()[0];  // a synchronization; clipping has one too
+      x_in.copy_from(b.x);
+      y_in.copy_from(b.y.reshape({b.y.numel()}));
+#ifdef CUTRAIN_WITH_CUDA
+      if (args.cuda_graphs && graph) {
+        graph->replay();
+        record_loss(losses, window_steps, graph_loss.value());
+      } else if (args.cuda_graphs) {
+        record_loss(losses, window_steps, train_step().value());  // eager: builds plans and optimizer state
+        graph.emplace();
+        graph->capture([&] { graph_loss = train_step(); });
+      } else
+#endif
+      {
+        record_loss(losses, window_steps, train_step().value());
+      }
       ++window_steps;
       ++step;
       sync(dev);
@@ -288,6 +335,8 @@ int main(int argc, char** argv) {
       train_s += ms / 1e3;
       tokens += args.batch * args.context;
       if (tty && (step % 10 == 0 || step == args.steps)) {
+        window_loss = 0;
+        for (float l : losses.slice(0, 0, window_steps).to_vector()) window_loss += l;
         const int fill = static_cast<int>(30 * step / args.steps);
         std::printf("\rstep %lld/%lld [%s%s] loss %.4f lr %.2e %.0f tokens/s ", static_cast<long long>(step),
                     static_cast<long long>(args.steps), std::string(static_cast<std::size_t>(fill), '=').c_str(),
@@ -296,6 +345,8 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
       if (step % args.eval_every == 0 || step == args.steps) {
+        window_loss = 0;
+        for (float l : losses.slice(0, 0, window_steps).to_vector()) window_loss += l;
         const double val = evaluate(gpt, corpus, args, dev);
         evals.emplace_back(step, val);
         std::printf("%sstep %lld: train loss %.4f, val loss %.4f, %.3f bits/char, %.0f tokens/s\n", tty ? "\n" : "",

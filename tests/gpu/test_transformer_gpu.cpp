@@ -1,13 +1,19 @@
 // The transformer modules on the GPU against the same model on the CPU in f64: a small GPT with
 // the same weights, in f32 and under bf16 autocast (f32 master weights), logits and the
-// gradients of its parameters; and a few AdamW steps on the device lowering the loss.
+// gradients of its parameters; a few AdamW steps on the device lowering the loss; gradient
+// clipping on the device; a whole bf16 GPT step captured in a CUDA graph against eager steps;
+// index_select's out-of-range policy under capture.
 #include "parity.hpp"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include "cutrain/cuda/cuda_graph.hpp"
 #include "cutrain/nn/transformer.hpp"
+#include "cutrain/ops/index.hpp"
 #include "cutrain/optim/adamw.hpp"
+#include "cutrain/optim/clip.hpp"
 
 using namespace cutrain;
 using namespace cutrain::test;
@@ -91,4 +97,104 @@ TEST_CASE("gpu transformer: AdamW steps on the device lower a GPT's loss", "[gpu
   INFO("loss " << first << " -> " << last);
   CHECK(first > 1.0);
   CHECK(last < 0.1);
+}
+
+TEST_CASE("gpu optim: clip_grad_norm on the device matches the CPU", "[gpu][transformer]") {
+  Rng rng(2142);
+  std::vector<Var<float>> cpu, gpu;
+  for (const Shape& s : {Shape{7, 5}, Shape{300}, Shape{2, 3, 4}}) {
+    const auto g = Tensor<float>::uniform(s, rng, -1, 1);
+    cpu.push_back(autograd::parameter(Tensor<float>::zeros(s)));
+    cpu.back().grad() = g.clone();
+    gpu.push_back(autograd::parameter(Tensor<float>::zeros(s, {.device = Device::cuda(0)})));
+    gpu.back().grad() = g.to(Device::cuda(0));
+  }
+  for (const double max_norm : {0.5, 100.0}) {  // clipped, and left alone
+    const double want = optim::clip_grad_norm(cpu, max_norm);
+    const double got = optim::clip_grad_norm(gpu, max_norm);
+    CHECK(std::abs(got - want) <= 1e-5 * want);
+    for (std::size_t i = 0; i < cpu.size(); ++i) check_close("clipped grad", gpu[i].grad(), cast<double>(cpu[i].grad()));
+  }
+}
+
+TEST_CASE("gpu transformer: a bf16 GPT step captured in a CUDA graph matches eager steps", "[gpu][transformer][graph]") {
+  constexpr int steps = 5;
+  const Device dev = Device::cuda(0);
+  Rng rng(2143);
+  std::vector<Tensor<std::int32_t>> xs, ys;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::int32_t> v(4 * 33);
+    for (auto& t : v) t = static_cast<std::int32_t>(rng.below(13));
+    const auto all = Tensor<std::int32_t>::from_vector(v, Shape{4, 33});
+    xs.push_back(all.slice(1, 0, 32).contiguous());
+    ys.push_back(all.slice(1, 1, 33).contiguous().reshape({128}));
+  }
+  cuda::Stream stream;
+  cuda::StreamGuard on(stream.get());
+  const nn::GPTOptions o{.vocab = 13, .context = 32, .dim = 64, .heads = 2, .layers = 2, .seed = 8};
+  const auto lr_at = [](int s) { return 1e-3 * (1 + 0.5 * std::sin(0.7 * s)); };
+  struct Run {
+    nn::GPT<float> gpt;
+    optim::AdamW<float> opt;
+    Tensor<std::int32_t> x, y;
+    explicit Run(const nn::GPTOptions& o, Device dev)
+        : gpt(o), opt((gpt.to(dev), gpt.parameters()), {.weight_decay = 0.1}),
+          x(Shape{4, 32}, {.device = dev}), y(Shape{128}, {.device = dev}) {}
+    Var<float> step() {
+      for (auto& p : gpt.parameters()) p.zero_grad();
+      Var<float> loss = autograd::cross_entropy(autograd::cast<float>(gpt.operator()<bfloat16>(x)), y);
+      loss.backward();
+      (void)optim::clip_grad_norm_device(gpt.parameters(), 0.5);
+      opt.step();
+      return loss;
+    }
+  };
+  Run a(o, dev), b(o, dev);
+  std::vector<double> la, lb;
+  for (int s = 0; s < steps; ++s) {
+    a.x.copy_from(xs[s]);
+    a.y.copy_from(ys[s]);
+    a.opt.set_lr(lr_at(s));
+    la.push_back(a.step().value().to_vector()[0]);
+  }
+  b.x.copy_from(xs[0]);
+  b.y.copy_from(ys[0]);
+  b.opt.set_lr(lr_at(0));
+  lb.push_back(b.step().value().to_vector()[0]);
+  cuda::CudaGraph graph;
+  Var<float> captured;
+  graph.capture([&] { captured = b.step(); });
+  for (int s = 1; s < steps; ++s) {
+    b.x.copy_from(xs[s]);
+    b.y.copy_from(ys[s]);
+    b.opt.set_lr(lr_at(s));
+    graph.replay();
+    lb.push_back(captured.value().to_vector()[0]);
+  }
+  for (int s = 0; s < steps; ++s) {
+    INFO("step " << s << ": eager " << la[s] << ", captured " << lb[s]);
+    CHECK(std::abs(la[s] - lb[s]) <= 2e-3 * std::max(1.0, std::abs(la[s])));
+  }
+  CHECK(la.back() < la.front());
+}
+
+TEST_CASE("gpu index_select under CUDA graph capture: an out-of-range index gives NaN, not a stray read", "[gpu][graph]") {
+  cuda::Stream stream;
+  cuda::StreamGuard on(stream.get());
+  const Device dev = Device::cuda(0);
+  const auto table = Tensor<float>::full(Shape{4, 3}, 2.0f, {.device = dev});
+  auto idx = Tensor<std::int32_t>::from_vector({1, 3}, Shape{2}).to(dev);
+  (void)ops::index_select(table, 0, idx);  // warm-up: loads the kernel
+  Tensor<float> y;
+  cuda::CudaGraph graph;
+  graph.capture([&] { y = ops::index_select(table, 0, idx); });
+  idx.copy_from(Tensor<std::int32_t>::from_vector({1, 7}, Shape{2}));
+  graph.replay();
+  const auto v = y.to_vector();
+  for (int i = 0; i < 3; ++i) {
+    CHECK(v[i] == 2.0f);
+    CHECK(std::isnan(v[3 + i]));
+  }
+  // Eagerly the same index is an error naming it.
+  CHECK_THROWS_WITH(ops::index_select(table, 0, idx), Catch::Contains("index value 7"));
 }

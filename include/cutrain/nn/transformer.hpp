@@ -92,10 +92,7 @@ class GPT : public Module<GPT<T>, T> {
                     InvalidArgument, "nn::GPT", "tokens must be int32 [B, S] with 1 <= S <= context ", opts_.context,
                     ", got ", tokens.defined() ? tokens.describe() : std::string("an undefined tensor"));
     const std::int64_t b = tokens.dim(0), s = tokens.dim(1);
-    std::vector<std::int32_t> pos(static_cast<std::size_t>(s));
-    for (std::int64_t i = 0; i < s; ++i) pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
-    const auto positions = Tensor<std::int32_t>::from_vector(pos, Shape{s}).to(tokens.device());
-    Var<X> x = autograd::add(wte.template operator()<X>(tokens), wpe.template operator()<X>(positions));
+    Var<X> x = autograd::add(wte.template operator()<X>(tokens), wpe.template operator()<X>(positions(s, tokens.device())));
     for (const auto& block : blocks) x = block(x);
     const Var<X> flat = autograd::reshape(ln_f(x), Shape{b * s, opts_.dim});
     return autograd::linear(flat, autograd::cast<X>(wte.weight));
@@ -115,6 +112,15 @@ class GPT : public Module<GPT<T>, T> {
   }
 
  private:
+  // 0 .. s-1 on dev, kept between calls (a CUDA graph capture cannot copy them from the host).
+  const Tensor<std::int32_t>& positions(std::int64_t s, Device dev) const {
+    if (!positions_.defined() || positions_.numel() != s || positions_.device() != dev) {
+      std::vector<std::int32_t> pos(static_cast<std::size_t>(s));
+      for (std::int64_t i = 0; i < s; ++i) pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+      positions_ = Tensor<std::int32_t>::from_vector(pos, Shape{s}).to(dev);
+    }
+    return positions_;
+  }
   static const GPTOptions& checked(const GPTOptions& o) {
     CUTRAIN_REQUIRE(o.vocab > 0 && o.context > 0 && o.layers > 0, InvalidArgument, "nn::GPT",
                     "vocab, context and layers must be positive, got vocab ", o.vocab, ", context ", o.context,
@@ -124,6 +130,7 @@ class GPT : public Module<GPT<T>, T> {
     return o;
   }
   GPTOptions opts_;
+  mutable Tensor<std::int32_t> positions_;
 
  public:
   Embedding<T> wte, wpe;

@@ -7,10 +7,13 @@
 // The tensor walked (shape `size`: the output forward, dx backward), the dim indexed, and the
 // strides (in elements) of the other tensors at the walked tensor's coordinates: `a` is x's
 // (forward) or dy's (backward), `idx` the index's (index_select: idx_stride[0] only, its 1-d
-// stride); idx_size is the index's shape (index_select: idx_size[0] its length).
+// stride); idx_size is the index's shape (index_select: idx_size[0] its length); limit is x's
+// size along dim (forward): an index outside [0, limit) reads nothing and writes NaN (the host
+// checks indices before launching, except under CUDA graph capture, where it cannot).
 struct cutrain_index_args {
   long long n, rank, dim;
   long long size[8], a_stride[8], idx_stride[8], idx_size[8];
+  long long limit;
 };
 
 // Coordinate d of row-major element i of a.size, for every d: written into c.
@@ -26,9 +29,13 @@ extern "C" __global__ void cutrain_index_select(const T* x, const int* index, T*
   long long c[8];
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
     index_coords(a, i, c);
+    const long long v = index[c[a.dim] * a.idx_stride[0]];
+    if (v < 0 || v >= a.limit) {
+      store(&y[i], __int_as_float(0x7fc00000));
+      continue;
+    }
     long long off = 0;
-    for (int d = 0; d < a.rank; ++d)
-      off += (d == a.dim ? static_cast<long long>(index[c[d] * a.idx_stride[0]]) : c[d]) * a.a_stride[d];
+    for (int d = 0; d < a.rank; ++d) off += (d == a.dim ? v : c[d]) * a.a_stride[d];
     y[i] = x[off];
   }
 }
@@ -41,6 +48,10 @@ extern "C" __global__ void cutrain_gather(const T* x, const int* index, T* y, cu
     long long io = 0;
     for (int d = 0; d < a.rank; ++d) io += c[d] * a.idx_stride[d];
     const long long v = index[io];
+    if (v < 0 || v >= a.limit) {
+      store(&y[i], __int_as_float(0x7fc00000));
+      continue;
+    }
     long long off = 0;
     for (int d = 0; d < a.rank; ++d) off += (d == a.dim ? v : c[d]) * a.a_stride[d];
     y[i] = x[off];

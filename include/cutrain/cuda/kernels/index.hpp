@@ -29,8 +29,9 @@ namespace detail {
 struct IndexArgs {
   long long n, rank, dim;
   long long size[8], a_stride[8], idx_stride[8], idx_size[8];
+  long long limit;  // x's size along dim (forward)
 };
-static_assert(sizeof(IndexArgs) == 35 * sizeof(long long));
+static_assert(sizeof(IndexArgs) == 36 * sizeof(long long));
 
 template <GpuFloat T>
 const Program& index_program() {
@@ -110,7 +111,8 @@ void index_select(const Tensor<T>& x, int dim, const Tensor<std::int32_t>& index
   Shape s = x.shape();
   s[dim] = index.numel();
   detail::require_row_major_output(op, y, s, x.device(), "y");
-  const auto a = detail::index_args(op, s, dim, x.strides(), index);
+  auto a = detail::index_args(op, s, dim, x.strides(), index);
+  a.limit = x.dim(dim);
   const T* xd = x.data();
   const int* id = index.data();
   T* yd = y.data();
@@ -139,7 +141,8 @@ void gather(const Tensor<T>& x, int dim, const Tensor<std::int32_t>& index, Tens
   detail::require_cuda_input(op, x, "x");
   detail::require_cuda_input(op, index, "index");
   detail::require_row_major_output(op, y, index.shape(), x.device(), "y");
-  const auto a = detail::index_args(op, index.shape(), dim, x.strides(), index);
+  auto a = detail::index_args(op, index.shape(), dim, x.strides(), index);
+  a.limit = x.dim(dim);
   const T* xd = x.data();
   const int* id = index.data();
   T* yd = y.data();
