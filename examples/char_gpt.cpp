@@ -3,7 +3,7 @@
 // Debian's `fortunes` package ships (scripts/char-corpus FILE writes them as one file), and
 // prints a few generated lines at the end. The recipe is bench/torch_char_gpt.py's, so the
 // validation losses compare: AdamW (betas 0.9, 0.99; weight decay 0.1 on the Linear weights
-// only: the decay group and the no-decay group), gradient clipping at norm 1, a linear warm-up
+// only: two parameter groups), gradient clipping at norm 1, a linear warm-up
 // to the peak learning rate and a cosine decay to the minimum, bf16 autocast on the GPU.
 //
 //   char_gpt --corpus FILE [--device cpu|cuda] [--steps N] [--batch N] [--context N] [--layers N]
@@ -16,7 +16,7 @@
 // (2 layers, 2 heads, dim 64, context 64, batch 16, 600 steps, f32). Every --eval-every steps it
 // prints the train loss (mean of the steps since the last report), the validation loss over
 // --eval-batches deterministic windows of the last 10% of the corpus and bits per character, and
-// writes --checkpoint (model, both optimizers, step, sampler state); --resume continues from it.
+// writes --checkpoint (model, optimizer, step, sampler state); --resume continues from it.
 // The last lines: generated text, then "final val loss L, bpc B, median step M ms, T tokens/s".
 // --cuda-graphs (GPU) runs the first step eagerly, captures the whole step (forward, backward,
 // clipping on the device, both AdamW updates) as a CUDA graph and replays it for the others.
@@ -244,8 +244,7 @@ int main(int argc, char** argv) {
     std::vector<Var<float>> decay, no_decay;
     for (auto& [name, p] : gpt.named_parameters())
       (p.value().rank() == 2 && !name.starts_with("wte") && !name.starts_with("wpe") ? decay : no_decay).push_back(p);
-    optim::AdamW<float> opt_decay(decay, {.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
-    optim::AdamW<float> opt_no_decay(no_decay, {.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0});
+    optim::AdamW<float> opt({{decay, 0.1}, {no_decay, 0.0}}, {.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8});
     const std::vector<Var<float>> params = gpt.parameters();
     Rng sampler(args.seed);
 
@@ -259,8 +258,7 @@ int main(int argc, char** argv) {
                       " steps, ", ck.get_int("layers"), " layers, dim ", ck.get_int("dim"), ", context ",
                       ck.get_int("context"), "; resume with the same flags");
       nn::load_module(ck, "model", gpt);
-      opt_decay.load_state(ck, "opt_decay");
-      opt_no_decay.load_state(ck, "opt_no_decay");
+      opt.load_state(ck, "optimizer");
       step = ck.get_int("step");
       sampler.set_state(static_cast<std::uint64_t>(ck.get_int("sampler_seed")),
                         static_cast<std::uint64_t>(ck.get_int("sampler_counter")));
@@ -294,8 +292,7 @@ int main(int argc, char** argv) {
         (void)optim::clip_grad_norm_device(params, 1.0);
       else
         (void)optim::clip_grad_norm(params, 1.0);
-      opt_decay.step();
-      opt_no_decay.step();
+      opt.step();
       return loss;
     };
     Var<float> graph_loss;
@@ -309,8 +306,7 @@ int main(int argc, char** argv) {
     while (step < args.steps) {
       const auto t0 = Clock::now();
       const double lr = lr_at(args, step);
-      opt_decay.set_lr(lr);
-      opt_no_decay.set_lr(lr);
+      opt.set_lr(lr);
       const data::TokenBatch b = corpus.sample(data::Split::train, args.batch, args.context, sampler);
       x_in.copy_from(b.x);
       y_in.copy_from(b.y.reshape({b.y.numel()}));
@@ -358,8 +354,7 @@ int main(int argc, char** argv) {
         if (!args.checkpoint.empty()) {
           Checkpoint ck;
           nn::save_module(ck, "model", gpt);
-          opt_decay.save_state(ck, "opt_decay");
-          opt_no_decay.save_state(ck, "opt_no_decay");
+          opt.save_state(ck, "optimizer");
           ck.put_int("step", step);
           ck.put_int("sampler_seed", static_cast<std::int64_t>(sampler.seed()));
           ck.put_int("sampler_counter", static_cast<std::int64_t>(sampler.counter()));

@@ -305,3 +305,32 @@ TEST_CASE("nn: resnet18_cifar, and a model moved to channels-last computes the s
   for (std::size_t i = 0; i < y.size(); ++i) CHECK(y2[i] == Approx(y[i]).margin(1e-4));
   CUTRAIN_REQUIRE_THROWS_OP(net.to(Layout::row_major), InvalidArgument, "Module::to");
 }
+
+TEST_CASE("optim: AdamW parameter groups decay by their own weight_decay", "[optim]") {
+  Rng rng(91);
+  const auto make = [&](std::uint64_t seed) {
+    Rng r(seed);
+    return std::pair{autograd::parameter(Tensor<double>::uniform({3, 2}, r, -1, 1)),
+                     autograd::parameter(Tensor<double>::uniform({4}, r, -1, 1))};
+  };
+  auto [a1, b1] = make(5);
+  auto [a2, b2] = make(5);
+  optim::AdamW<double> grouped({{{a1}, 0.3}, {{b1}, 0.0}}, {.lr = 0.1});
+  optim::AdamW<double> only_a({a2}, {.lr = 0.1, .weight_decay = 0.3});
+  optim::AdamW<double> only_b({b2}, {.lr = 0.1, .weight_decay = 0.0});
+  CHECK(grouped.weight_decay(0) == 0.3);
+  CHECK(grouped.weight_decay(1) == 0.0);
+  for (int s = 0; s < 3; ++s) {
+    const auto ga = Tensor<double>::uniform({3, 2}, rng, -1, 1), gb = Tensor<double>::uniform({4}, rng, -1, 1);
+    a1.grad() = ga.clone();
+    a2.grad() = ga.clone();
+    b1.grad() = gb.clone();
+    b2.grad() = gb.clone();
+    grouped.step();
+    only_a.step();
+    only_b.step();
+  }
+  CHECK(a1.value().to_vector() == a2.value().to_vector());
+  CHECK(b1.value().to_vector() == b2.value().to_vector());
+  CHECK_THROWS_AS(optim::AdamW<double>({{{a1}, -1.0}}, {}), InvalidArgument);
+}

@@ -25,15 +25,32 @@ struct AdamWOptions {
   double weight_decay = 1e-2;
 };
 
+// Parameters that share a weight decay (PyTorch's parameter groups, as far as AdamW's weight
+// decay goes): transformers decay their matrices and not their embeddings, biases and norms.
+template <class T>
+struct ParamGroup {
+  std::vector<autograd::Var<T>> params;
+  double weight_decay = 0;
+};
+
 template <class T>
 class AdamW : public Optimizer<T> {
  public:
   AdamW(std::vector<autograd::Var<T>> params, const AdamWOptions& o = {})
-      : Optimizer<T>("optim::AdamW", std::move(params), o.lr), opts_(o), state_(this->params_.size()) {
-    CUTRAIN_REQUIRE(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, InvalidArgument, "optim::AdamW",
-                    "beta1 and beta2 must be in [0, 1), got ", o.beta1, " and ", o.beta2);
-    CUTRAIN_REQUIRE(o.eps >= 0 && o.weight_decay >= 0, InvalidArgument, "optim::AdamW",
-                    "eps and weight_decay must be >= 0, got eps ", o.eps, ", weight_decay ", o.weight_decay);
+      : Optimizer<T>("optim::AdamW", std::move(params), o.lr), opts_(o), state_(this->params_.size()),
+        weight_decay_(this->params_.size(), o.weight_decay) {
+    check_options(o);
+  }
+  // Parameter groups with their own weight decay (o.weight_decay is not used); the parameters
+  // are numbered group after group (step_count(k), checkpoints).
+  AdamW(const std::vector<ParamGroup<T>>& groups, const AdamWOptions& o)
+      : Optimizer<T>("optim::AdamW", flatten(groups), o.lr), opts_(o), state_(this->params_.size()) {
+    check_options(o);
+    for (const auto& g : groups) {
+      CUTRAIN_REQUIRE(g.weight_decay >= 0 && std::isfinite(g.weight_decay), InvalidArgument, "optim::AdamW",
+                      "a group's weight_decay must be finite and >= 0, got ", g.weight_decay);
+      weight_decay_.insert(weight_decay_.end(), g.params.size(), g.weight_decay);
+    }
   }
 
   // Under CUDA graph capture the update is recorded, not run: each replay counts the step and
@@ -62,7 +79,7 @@ class AdamW : public Optimizer<T> {
           else ++s.step;
           cuda::kernels::adamw_step(*w, g, s.m, s.v,
                                     {.lr = this->lr_, .beta1 = opts_.beta1, .beta2 = opts_.beta2, .eps = opts_.eps,
-                                     .weight_decay = opts_.weight_decay, .step = std::max<std::int64_t>(s.step, 1)},
+                                     .weight_decay = weight_decay_[k], .step = std::max<std::int64_t>(s.step, 1)},
                                     hyper);
           continue;
         }
@@ -73,7 +90,7 @@ class AdamW : public Optimizer<T> {
       const double lr = this->lr_, b1 = opts_.beta1, b2 = opts_.beta2;
       const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(t)));
       const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)));
-      const double decay = 1.0 - lr * opts_.weight_decay;
+      const double decay = 1.0 - lr * weight_decay_[k];
       T* wd = w->data();
       const T* gd = g.data();
       T* m = s.m.data();
@@ -100,6 +117,7 @@ class AdamW : public Optimizer<T> {
       });
   }
   const AdamWOptions& options() const { return opts_; }
+  double weight_decay(std::size_t k) const { return weight_decay_.at(k); }
   std::int64_t step_count(std::size_t k) const { return state_.at(k).step; }
   const Tensor<T>& exp_avg(std::size_t k) const { return state_.at(k).m; }
   const Tensor<T>& exp_avg_sq(std::size_t k) const { return state_.at(k).v; }
@@ -155,8 +173,20 @@ class AdamW : public Optimizer<T> {
     Tensor<T> m, v;
     std::int64_t step = 0;
   };
+  static void check_options(const AdamWOptions& o) {
+    CUTRAIN_REQUIRE(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, InvalidArgument, "optim::AdamW",
+                    "beta1 and beta2 must be in [0, 1), got ", o.beta1, " and ", o.beta2);
+    CUTRAIN_REQUIRE(o.eps >= 0 && o.weight_decay >= 0, InvalidArgument, "optim::AdamW",
+                    "eps and weight_decay must be >= 0, got eps ", o.eps, ", weight_decay ", o.weight_decay);
+  }
+  static std::vector<autograd::Var<T>> flatten(const std::vector<ParamGroup<T>>& groups) {
+    std::vector<autograd::Var<T>> all;
+    for (const auto& g : groups) all.insert(all.end(), g.params.begin(), g.params.end());
+    return all;
+  }
   AdamWOptions opts_;
   std::vector<State> state_;
+  std::vector<double> weight_decay_;  // per parameter
 };
 
 }  // namespace cutrain::inline CUTRAIN_ABI::optim
