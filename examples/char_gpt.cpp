@@ -159,6 +159,13 @@ void fill_defaults(Args& a, bool gpu) {
   if (a.warmup >= a.steps) usage("--warmup must be below --steps");
 }
 
+// What a checkpoint must agree on with the run that resumes it.
+std::vector<std::pair<std::string, std::int64_t>> run_shape(const Args& a) {
+  return {{"steps", a.steps}, {"batch", a.batch}, {"context", a.context}, {"layers", a.layers},
+          {"heads", a.heads}, {"dim", a.dim}, {"warmup", a.warmup}, {"eval_every", a.eval_every},
+          {"seed", static_cast<std::int64_t>(a.seed)}};
+}
+
 // bench/torch_char_gpt.py's schedule: peak k / W for k < W, then cosine to min_lr at the last step.
 double lr_at(const Args& a, std::int64_t k) {
   if (k < a.warmup) return a.lr * static_cast<double>(k) / static_cast<double>(a.warmup);
@@ -193,9 +200,12 @@ std::string generate(const nn::GPT<float>& gpt, const data::CharCorpus& corpus, 
   std::vector<std::int32_t> ids = corpus.encode(prompt);
   const std::int64_t v = corpus.vocab_size();
   for (std::int64_t n = 0; n < a.sample; ++n) {
+    // The last s bytes, padded to the full context at the end: with causal attention row s - 1
+    // sees only them, and one signature serves every step (no graphs built per length).
     const std::int64_t s = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), a.context);
-    const std::vector<std::int32_t> window(ids.end() - s, ids.end());
-    const auto x = Tensor<std::int32_t>::from_vector(window, Shape{1, s}).to(dev);
+    std::vector<std::int32_t> window(ids.end() - s, ids.end());
+    window.resize(static_cast<std::size_t>(a.context), 0);
+    const auto x = Tensor<std::int32_t>::from_vector(window, Shape{1, a.context}).to(dev);
     const auto all = logits(gpt, x, a.precision == "bf16").value().to_vector();
     std::vector<std::pair<double, std::int32_t>> last;
     for (std::int64_t c = 0; c < v; ++c) last.emplace_back(all[static_cast<std::size_t>((s - 1) * v + c)] / a.temperature, c);
@@ -252,11 +262,11 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::int64_t, double>> evals;  // (step, val loss)
     if (args.resume) {
       const auto ck = Checkpoint::load(args.checkpoint);
-      CUTRAIN_REQUIRE(ck.get_int("steps") == args.steps && ck.get_int("layers") == args.layers &&
-                          ck.get_int("dim") == args.dim && ck.get_int("context") == args.context,
-                      InvalidArgument, "char_gpt", args.checkpoint, " was written by a run of ", ck.get_int("steps"),
-                      " steps, ", ck.get_int("layers"), " layers, dim ", ck.get_int("dim"), ", context ",
-                      ck.get_int("context"), "; resume with the same flags");
+      for (const auto& [k, v] : run_shape(args))
+        CUTRAIN_REQUIRE(ck.get_int(k) == v, InvalidArgument, "char_gpt", args.checkpoint, " was written by a run with ",
+                        k, " ", ck.get_int(k), "; this run has ", v, " (resume with the same flags)");
+      CUTRAIN_REQUIRE(ck.get_string("precision") == args.precision, InvalidArgument, "char_gpt", args.checkpoint,
+                      " was written by a run in ", ck.get_string("precision"), "; this run is in ", args.precision);
       nn::load_module(ck, "model", gpt);
       opt.load_state(ck, "optimizer");
       step = ck.get_int("step");
@@ -270,6 +280,8 @@ int main(int argc, char** argv) {
               << args.batch << ", " << args.steps << " steps, " << args.precision << std::endl;
 
     if (args.cuda_graphs && !dev.is_cuda()) usage("--cuda-graphs needs the GPU");
+    if (args.cuda_graphs && !bf16)
+      usage("--cuda-graphs needs --precision bf16 (f32 attention takes the composed path, which cannot be captured)");
 #ifdef CUTRAIN_WITH_CUDA
     // On the GPU everything runs on a stream of our own: a CUDA graph cannot be captured on the
     // default stream, and eager runs use the same one so that both behave alike.
@@ -358,9 +370,8 @@ int main(int argc, char** argv) {
           ck.put_int("step", step);
           ck.put_int("sampler_seed", static_cast<std::int64_t>(sampler.seed()));
           ck.put_int("sampler_counter", static_cast<std::int64_t>(sampler.counter()));
-          for (const auto& [k, v] : {std::pair{"steps", args.steps}, {"layers", args.layers}, {"dim", args.dim},
-                                     {"context", args.context}})
-            ck.put_int(k, v);
+          for (const auto& [k, v] : run_shape(args)) ck.put_int(k, v);
+          ck.put_string("precision", args.precision);
           ck.save(args.checkpoint);
         }
         if (args.stop_after > 0 && step >= args.stop_after && step < args.steps) {

@@ -39,6 +39,8 @@ std::vector<Case> cases() {
       {"gqa d128 causal bshd", 1, 6, 2, 64, 64, 128, 128, {.causal = true}, true},
       {"padding", 2, 2, 2, 64, 64, 64, 64, {}, false, {64, 37}, {64, 20}},
       {"padding causal kv only", 2, 2, 2, 64, 64, 64, 64, {.causal = true}, false, {}, {50, 9}},
+      {"padding q only, gqa", 2, 4, 2, 48, 64, 64, 64, {}, false, {17, 48}, {}},
+      {"causal, more queries than keys", 1, 2, 2, 80, 64, 64, 64, {.causal = true}},
       {"one query", 3, 4, 4, 1, 33, 64, 64},
       {"head dim 20 (composed)", 2, 2, 1, 17, 23, 20, 20, {.causal = true}, false, {}, {}, false},
   };

@@ -15,6 +15,7 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/cpu/attention.hpp"
 #include "cutrain/ops/attention_composed.hpp"
+#include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
@@ -88,6 +89,22 @@ Tensor<T> attention_like(const Tensor<T>& like, std::int64_t last) {
   return Tensor<T>(Shape{b, h, s, last}, {.device = like.device()});
 }
 
+// u8 [B, 1, S, 1] on dev: 1 where position i < len[b]. cuDNN leaves the padded rows of o, dq and
+// of dk, dv (keys past kv_len) unspecified; the op's promise is zeros there.
+inline Tensor<std::uint8_t> attention_valid(const std::vector<std::int32_t>& len, std::int64_t b, std::int64_t s,
+                                            Device dev) {
+  std::vector<std::uint8_t> v(static_cast<std::size_t>(b * s), 0);
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t j = 0; j < len[static_cast<std::size_t>(i)]; ++j) v[static_cast<std::size_t>(i * s + j)] = 1;
+  return Tensor<std::uint8_t>::from_vector(v, Shape{b, 1, s, 1}).to(dev);
+}
+
+template <class T>
+Tensor<T> attention_zero_padded(const Tensor<T>& t, const std::vector<std::int32_t>& len) {
+  if (len.empty()) return t.view();
+  return ops::where(attention_valid(len, t.dim(0), t.dim(2), t.device()), t, Tensor<T>::zeros(Shape{1}, {.device = t.device()}));
+}
+
 // Both lengths on the device for cuDNN (which takes both or neither): a missing one is full.
 struct DeviceLengths {
   Tensor<std::int32_t> q, kv;
@@ -125,8 +142,10 @@ AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(cons
                                        Tensor<float>(Shape{g.B, g.H, g.Sq}, {.device = q.device()})};
           if (cuda::cudnn::attention_forward(detail::attention_operand(q), detail::attention_operand(k),
                                              detail::attention_operand(v), dl.q, dl.kv, g.scale, g.causal, r.o,
-                                             r.stats))
+                                             r.stats)) {
+            r.o = detail::attention_zero_padded(r.o, g.q_len);
             return r;
+          }
         }
         return detail::attention_forward_composed(q, k, v, g);
       }),
@@ -160,8 +179,12 @@ AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, c
           if (cuda::cudnn::attention_backward(detail::attention_operand(q), detail::attention_operand(k),
                                               detail::attention_operand(v), detail::attention_operand(o),
                                               detail::attention_operand(dout), detail::contiguous_aligned(stats, Layout::row_major),
-                                              dl.q, dl.kv, g.scale, g.causal, p.deterministic, r.dq, r.dk, r.dv))
+                                              dl.q, dl.kv, g.scale, g.causal, p.deterministic, r.dq, r.dk, r.dv)) {
+            r.dq = detail::attention_zero_padded(r.dq, g.q_len);
+            r.dk = detail::attention_zero_padded(r.dk, g.kv_len);
+            r.dv = detail::attention_zero_padded(r.dv, g.kv_len);
             return r;
+          }
         }
         return detail::attention_backward_composed(q, k, v, o, dout, stats, g);
       }),

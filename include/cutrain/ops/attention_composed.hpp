@@ -38,6 +38,9 @@ struct AttentionMasks {
 };
 
 inline AttentionMasks attention_masks(const cpu::detail::AttentionGeometry& g, Device dev) {
+  CUTRAIN_REQUIRE(dev.is_cpu() || !cutrain::detail::device_capturing(), InvalidArgument, "scaled_dot_product_attention",
+                  "the composed path (f32, or a signature cuDNN's SDPA has no engine for) copies its masks from the "
+                  "host and cannot be captured in a CUDA graph; capture attention in bf16 or f16");
   const std::int64_t nb = g.q_len.empty() && g.kv_len.empty() ? 1 : g.B;
   std::vector<float> add(static_cast<std::size_t>(nb * g.Sq * g.Skv), 0.0f);
   std::vector<std::uint8_t> rows(static_cast<std::size_t>(nb * g.Sq), 1);
@@ -83,7 +86,8 @@ AttentionBackward<T> attention_backward_composed(const Tensor<T>& q, const Tenso
   const Tensor<float> lse = cutrain::reshape(stats.contiguous(Layout::row_major), Shape{g.B, g.Hk, g.H / g.Hk, g.Sq, 1});
   const Tensor<float> p = ops::where(m.rows, ops::exp(ops::sub(attention_scores(q5, k5, m, g.scale), lse)), zero);
   const Tensor<float> do5 = ops::where(m.rows, attention_grouped(dout, g.Hk), zero);
-  const Tensor<float> o5 = attention_grouped(o, g.Hk);
+  // Padded rows of o are unspecified too (cuDNN's forward leaves them): 0 * NaN must not reach delta.
+  const Tensor<float> o5 = ops::where(m.rows, attention_grouped(o, g.Hk), zero);
   const Tensor<float> dv = ops::sum(ops::matmul(cutrain::transpose(p, 3, 4), do5), {2});
   const Tensor<float> dp = ops::matmul(do5, cutrain::transpose(v5, 3, 4));
   const Tensor<float> delta = ops::sum(ops::mul(do5, o5), {-1}, true);

@@ -44,10 +44,10 @@ void attention_output(const TensorAttr& a, const Tensor<T>& t) {
   a->set_output(true).set_dim(t.shape().dims()).set_stride(t.strides()).set_data_type(fe_type<T>::value);
 }
 
-// Padded graphs are left to the heuristics: the tuner's scratch lengths are zeros, and timing an
-// attention over no keys says nothing.
-inline autotune::GraphFamily attention_family(bool padded) {
-  return padded ? autotune::GraphFamily::normalization : autotune::GraphFamily::attention;
+// Padded graphs are left to the heuristics (even under tune_all_graphs): the tuner's scratch
+// lengths are zeros, and timing an attention over no keys says nothing.
+inline autotune::Planner attention_planner(int dev, bool padded) {
+  return padded ? autotune::Planner::heuristic() : autotune::Planner::for_graph(dev, autotune::GraphFamily::attention);
 }
 
 }  // namespace detail
@@ -72,7 +72,7 @@ template <GpuFloat T>
         cutrain::detail::cat("sdpa fwd ", dtype_of<T>, " scale ", scale, causal ? " causal" : "", padded ? " padded" : "",
                              signature(" q", q.shape(), q.strides()), signature(" k", k.shape(), k.strides()),
                              signature(" v", v.shape(), v.strides()), signature(" o", o.shape(), o.strides()));
-    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, detail::attention_family(padded)),
+    bg = store.try_build(key, text, detail::attention_planner(dev, padded),
                          [&](autotune::Planner& planner) {
       auto g = detail::attention_graph<T>();
       auto Q = tensor(*g, "q", q), K = tensor(*g, "k", k), V = tensor(*g, "v", v);
@@ -129,7 +129,7 @@ template <GpuFloat T>
         signature(" o", o.shape(), o.strides()), signature(" do", dout.shape(), dout.strides()),
         signature(" dq", dq.shape(), dq.strides()), signature(" dk", dk.shape(), dk.strides()),
         signature(" dv", dv.shape(), dv.strides()));
-    bg = store.try_build(key, text, autotune::Planner::for_graph(dev, detail::attention_family(padded)),
+    bg = store.try_build(key, text, detail::attention_planner(dev, padded),
                          [&](autotune::Planner& planner) {
       auto g = detail::attention_graph<T>();
       auto Q = tensor(*g, "q", q), K = tensor(*g, "k", k), V = tensor(*g, "v", v);
