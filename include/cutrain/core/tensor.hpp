@@ -351,8 +351,10 @@ class Tensor {
     CUTRAIN_REQUIRE(0 <= begin && begin <= end && end <= shape_[dim], InvalidArgument, "Tensor::slice", "range [", begin, ",",
                     end, ") out of bounds for dim ", dim, " of ", describe());
     Tensor t = view();
-    t.offset_ += begin * strides_[static_cast<std::size_t>(dim)];
     t.shape_[dim] = end - begin;
+    // An empty view starts where this tensor does (its offset is never read), so that it stays
+    // inside the storage, as core/view.hpp's slice does.
+    if (t.shape_.numel() > 0) t.offset_ += begin * strides_[static_cast<std::size_t>(dim)];
     return t;
   }
 
