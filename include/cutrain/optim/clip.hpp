@@ -69,8 +69,12 @@ Tensor<T> clip_grad_norm_device(const std::vector<autograd::Var<T>>& params, dou
   CUTRAIN_REQUIRE(!dev.is_cpu(), InvalidArgument, "optim::clip_grad_norm_device",
                   "the gradients are on the CPU: use clip_grad_norm");
   const auto& [eps, one] = detail::clip_constants<T>(dev);
+  // Each gradient's norm in two stages, over its last dim and then over the rest: the reduction
+  // kernels spread a reduction over the outputs, so a whole tensor reduced at once runs in one
+  // block (0.45 ms for a 384x1536 gradient on the H200, 35 ms a step for a 10M-parameter GPT).
   std::vector<Tensor<T>> norms;
-  for (const Tensor<T>* g : grads) norms.push_back(ops::norm(*g).reshape(Shape{1}));
+  for (const Tensor<T>* g : grads)
+    norms.push_back((g->rank() >= 2 ? ops::norm(ops::norm(*g, 2.0, {-1})) : ops::norm(*g)).reshape(Shape{1}));
   Tensor<T> norm = ops::norm(ops::concat(norms, 0)).reshape(Shape{1});
   const Tensor<T> coef = ops::minimum(ops::scale(ops::pow(ops::add(norm, eps), -1.0), max_norm), one);
   for (const auto& p : params)
