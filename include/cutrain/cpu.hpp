@@ -3,7 +3,10 @@
 #pragma once
 
 #include "cutrain/version.hpp"
+#include "cutrain/core/any_tensor.hpp"
 #include "cutrain/core/cast.hpp"
+#include "cutrain/core/npy.hpp"
+#include "cutrain/core/safetensors.hpp"
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/core/view.hpp"
 #include "cutrain/data/idx.hpp"

@@ -4,11 +4,13 @@
 #include "cutrain/core/abi.hpp"
 
 #include <cstdint>
+#include <string>
 
 #include "cutrain/nn/batch_norm.hpp"
 #include "cutrain/nn/conv2d.hpp"
 #include "cutrain/nn/layers.hpp"
 #include "cutrain/nn/linear.hpp"
+#include "cutrain/nn/name_map.hpp"
 #include "cutrain/nn/residual.hpp"
 #include "cutrain/nn/sequential.hpp"
 
@@ -58,6 +60,41 @@ Sequential<T> resnet18_cifar(Rng& init, std::int64_t classes = 10, std::int64_t 
   net.push_back(Flatten{});
   net.push_back(Linear<T>({.in = 512, .out = classes}, init));
   return net;
+}
+
+// resnet18_cifar's state_dict names against PyTorch's for the same network built torchvision's
+// way (torchvision.models.resnet18 with conv1 a 3x3 stride-1 conv and maxpool nn.Identity(), or
+// bench/torch_resnet18_weights.py): conv1, bn1, layer{1-4}.{0,1}.{conv1,bn1,conv2,bn2},
+// layer{2-4}.0.downsample.{0,1}, fc. Tensors need no reordering: cutrain's conv weights are
+// logically [out, in, kh, kw] and Linear's [out, in], as PyTorch's are (an NHWC module is
+// written in C order and loaded into whatever layout it has). BatchNorm's num_batches_tracked is
+// skipped: cutrain's momentum is fixed, so the count is never used.
+inline NameMap resnet18_cifar_torch_names() {
+  NameMap m;
+  m.skip_suffix(".num_batches_tracked");
+  const auto conv = [&](const std::string& torch, const std::string& ours) { m.add(torch + ".weight", ours + ".weight"); };
+  const auto bn = [&](const std::string& torch, const std::string& ours) {
+    for (const char* p : {".weight", ".bias", ".running_mean", ".running_var"}) m.add(torch + p, ours + p);
+  };
+  conv("conv1", "0");
+  bn("bn1", "1");
+  int index = 3;  // after the stem's conv, bn and relu
+  for (int stage = 1; stage <= 4; ++stage)
+    for (int block = 0; block < 2; ++block, ++index) {
+      const std::string t = "layer" + std::to_string(stage) + "." + std::to_string(block), o = std::to_string(index);
+      conv(t + ".conv1", o + ".conv1");
+      bn(t + ".bn1", o + ".bn1");
+      conv(t + ".conv2", o + ".conv2");
+      bn(t + ".bn2", o + ".bn2");
+      if (stage > 1 && block == 0) {
+        conv(t + ".downsample.0", o + ".shortcut.conv");
+        bn(t + ".downsample.1", o + ".shortcut.bn");
+      }
+    }
+  const std::string fc = std::to_string(index + 2);  // after the pool and the flatten
+  m.add("fc.weight", fc + ".weight");
+  m.add("fc.bias", fc + ".bias");
+  return m;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::nn
