@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cutrain/autograd/functions/attention.hpp"
+#include "cutrain/autograd/functions/view.hpp"
 #include "cutrain/core/cast.hpp"
 #include "cutrain/core/view.hpp"
 #include "cutrain/ops/attention.hpp"
@@ -40,6 +41,8 @@ std::vector<Case> cases() {
       {"multi-query", 1, 3, 1, 4, 3, 2, 5, {}},
       {"padding", 2, 2, 1, 5, 6, 3, 3, {}, {5, 2}, {6, 3}},
       {"padding kv only, causal", 2, 2, 2, 4, 4, 3, 3, {.causal = true}, {}, {1, 3}},
+      {"dropout", 2, 2, 2, 4, 5, 3, 3, {.dropout = 0.3, .seed = 7}},
+      {"dropout, causal, grouped, padding", 2, 4, 2, 5, 6, 3, 2, {.causal = true, .dropout = 0.5, .seed = 11}, {5, 3}, {6, 2}},
   };
 }
 
@@ -50,7 +53,8 @@ AttentionLengths lengths(const Case& c) {
   return l;
 }
 
-// o by composition: s = scale q kᵀ (k's heads repeated for the groups) + mask, softmax, s v, with
+// o by composition: s = scale q kᵀ (k's heads repeated for the groups) + mask, softmax, times the
+// dropout weights (0 where uniform_at(seed, index) < dropout, else 1 / (1 - dropout)), s v, with
 // padded query rows set to zero.
 Tensor<double> composed(const Case& c, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v) {
   const std::int64_t g = c.H / c.Hk;
@@ -72,7 +76,11 @@ Tensor<double> composed(const Case& c, const Tensor<double>& q, const Tensor<dou
   const auto m = Tensor<double>::from_vector(mask, Shape{c.B, 1, c.Sq, c.Skv});
   const auto r = Tensor<double>::from_vector(rows, Shape{c.B, 1, c.Sq, 1});
   const auto s = ops::add(ops::scale(ops::matmul(q, transpose(kr, 2, 3)), scale), m);
-  return ops::mul(ops::matmul(ops::softmax_forward(s, -1), vr), r);
+  std::vector<double> drop(static_cast<std::size_t>(c.B * c.H * c.Sq * c.Skv), 1.0);
+  for (std::size_t i = 0; i < drop.size() && c.p.dropout > 0; ++i)
+    drop[i] = uniform_at(c.p.seed, i) < c.p.dropout ? 0.0 : 1.0 / (1.0 - c.p.dropout);
+  const auto d = Tensor<double>::from_vector(drop, Shape{c.B, c.H, c.Sq, c.Skv});
+  return ops::mul(ops::matmul(ops::mul(ops::softmax_forward(s, -1), d), vr), r);
 }
 
 double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
@@ -178,6 +186,11 @@ TEST_CASE("bad input: attention", "[attention][bad_input]") {
       bad<InvalidArgument>("negative scale", op, {"scale", "-1"}, [&] { fwd(q, k, v, {.scale = -1}); }),
       bad<InvalidArgument>("nan scale", op, {"scale", "nan"},
                            [&] { fwd(q, k, v, {.scale = std::numeric_limits<double>::quiet_NaN()}); }),
+      bad<InvalidArgument>("dropout 1", op, {"dropout must be in [0, 1)", "1"}, [&] { fwd(q, k, v, {.dropout = 1}); }),
+      bad<InvalidArgument>("negative dropout", op, {"dropout must be in [0, 1)", "-0.1"},
+                           [&] { fwd(q, k, v, {.dropout = -0.1}); }),
+      bad<InvalidArgument>("nan dropout", op, {"dropout must be in [0, 1)", "nan"},
+                           [&] { fwd(q, k, v, {.dropout = std::numeric_limits<double>::quiet_NaN()}); }),
       bad<InvalidArgument>("q lengths shape", op, {"lengths.q must be int32 [2]", "[3]"},
                            [&] { fwd(q, k, v, {}, {.q = len({1, 2, 3})}); }),
       bad<InvalidArgument>("q length too long", op, {"lengths.q[1] = 4", "[1, 3]"},
@@ -231,4 +244,64 @@ TEST_CASE("attention composed from matmuls matches the reference", "[attention]"
     CHECK(max_diff(d(gcom.dk), d(gref.dk)) < 1e-5);
     CHECK(max_diff(d(gcom.dv), d(gref.dv)) < 1e-5);
   }
+}
+
+// Dropout's mask is a function of the seed: the same seed gives the same output, another seed
+// another one, and an explicit keep mask equal to the seed's gives the same results (the GPU
+// tests hand cuDNN's mask to the CPU that way). Roughly `dropout` of the weights are zero.
+TEST_CASE("attention dropout: seeds and explicit masks", "[attention]") {
+  Rng rng(2106);
+  const Case c{"dropout", 2, 2, 2, 16, 16, 4, 4, {.dropout = 0.25, .seed = 99}};
+  const auto q = random({c.B, c.H, c.Sq, c.D}, rng), k = random({c.B, c.Hk, c.Skv, c.D}, rng),
+             v = random({c.B, c.Hk, c.Skv, c.Dv}, rng), dout = random({c.B, c.H, c.Sq, c.Dv}, rng);
+  const auto a = ops::scaled_dot_product_attention_forward(q, k, v, c.p);
+  CHECK(max_diff(a.o, ops::scaled_dot_product_attention_forward(q, k, v, c.p).o) == 0);
+  AttentionParams other = c.p;
+  other.seed = 100;
+  CHECK(max_diff(a.o, ops::scaled_dot_product_attention_forward(q, k, v, other).o) > 1e-3);
+  CHECK(max_diff(a.o, ops::scaled_dot_product_attention_forward(q, k, v, {}).o) > 1e-3);
+  // Statistics are the undropped softmax's.
+  CHECK(max_diff(a.stats, ops::scaled_dot_product_attention_forward(q, k, v, {}).stats) < 1e-12);
+  auto g = ops::detail::attention_geometry("test", q, k, v, c.p, {});
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(c.B * c.H * c.Sq * c.Skv); ++i) {
+    const bool keep = uniform_at(c.p.seed, i) >= c.p.dropout;
+    g.keep.push_back(keep ? 1.0f : 0.0f);
+    dropped += keep ? 0 : 1;
+  }
+  const double frac = static_cast<double>(dropped) / static_cast<double>(g.keep.size());
+  CHECK(frac > 0.2);
+  CHECK(frac < 0.3);
+  const auto e = cpu::attention_forward(q, k, v, g);
+  CHECK(max_diff(a.o, e.o) == 0);
+  const auto ga = ops::scaled_dot_product_attention_backward(q, k, v, a.o, dout, a.stats, c.p);
+  const auto ge = cpu::attention_backward(q, k, v, e.o, dout, e.stats, g);
+  CHECK(max_diff(ga.dq, ge.dq) == 0);
+  CHECK(max_diff(ga.dk, ge.dk) == 0);
+  CHECK(max_diff(ga.dv, ge.dv) == 0);
+  for (float& x : g.keep) x = 1.0f - x;  // the complement: another output
+  CHECK(max_diff(a.o, cpu::attention_forward(q, k, v, g).o) > 1e-3);
+}
+
+// qkv_attention over a fused [B, S, 3, H, D] tensor: the same output and gradient as attention
+// of its three slices through autograd (which sums three zero-filled slice gradients), with
+// dropout and causal masks; and its bad input.
+TEST_CASE("qkv_attention equals attention of the three slices", "[attention]") {
+  Rng rng(2107);
+  const std::int64_t B = 2, S = 5, H = 3, D = 4;
+  const auto x = random({B, S, 3, H, D}, rng), dout = random({B, H, S, D}, rng);
+  for (const AttentionParams p : {AttentionParams{}, AttentionParams{.causal = true, .dropout = 0.3, .seed = 4}}) {
+    Var<double> a = autograd::parameter(x.clone()), b = autograd::parameter(x.clone());
+    Var<double> oa = autograd::qkv_attention(a, p);
+    const auto part = [&](int i) {
+      return autograd::permute(autograd::squeeze(autograd::slice(b, 2, i, i + 1), 2), {0, 2, 1, 3});
+    };
+    Var<double> ob = autograd::scaled_dot_product_attention(part(0), part(1), part(2), p);
+    CHECK(max_diff(oa.value(), ob.value()) == 0);
+    oa.backward(dout);
+    ob.backward(dout);
+    CHECK(max_diff(a.grad(), b.grad()) < 1e-14);
+  }
+  CUTRAIN_REQUIRE_THROWS_OP(autograd::qkv_attention(Var<double>(Tensor<double>::zeros({2, 5, 2, 3, 4}))),
+                            InvalidArgument, "autograd::qkv_attention");
 }

@@ -115,6 +115,30 @@ TEST_CASE("nn::GPT learns a repeating sequence with AdamW (f32)", "[transformer]
   CHECK(last < 0.05);
 }
 
+// Attention dropout in the modules: a fresh mask per training call, none in eval mode (where the
+// output is the dropout-free module's), and GPT's train()/eval() reach every block.
+TEST_CASE("nn::MultiheadAttention and nn::GPT attention dropout", "[transformer]") {
+  Rng rng(2133);
+  nn::MultiheadAttention<double> plain({.dim = 8, .heads = 2, .seed = 3});
+  nn::MultiheadAttention<double> drop({.dim = 8, .heads = 2, .dropout = 0.3, .seed = 3});
+  const Var<double> x(random({2, 6, 8}, rng));
+  const auto a = drop(x).value().view(), b = drop(x).value().view();
+  CHECK(max_diff(a, b) > 1e-6);  // two training calls, two masks
+  CHECK(max_diff(a, plain(x).value()) > 1e-6);
+  drop.eval();
+  CHECK(max_diff(drop(x).value(), plain(x).value()) == 0);
+
+  nn::GPT<double> g0({.vocab = 7, .context = 6, .dim = 8, .heads = 2, .layers = 2, .seed = 5});
+  nn::GPT<double> g1({.vocab = 7, .context = 6, .dim = 8, .heads = 2, .layers = 2, .attn_dropout = 0.2, .seed = 5});
+  const auto t = tokens({1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5}, Shape{2, 6});
+  CHECK(max_diff(g1(t).value(), g0(t).value()) > 1e-6);
+  g1.eval();
+  for (const auto& blk : g1.blocks) CHECK(!blk.attn.is_training());
+  CHECK(max_diff(g1(t).value(), g0(t).value()) == 0);
+  g1.train();
+  CHECK(g1.blocks[1].attn.is_training());
+}
+
 TEST_CASE("bad input: transformer modules", "[transformer][bad_input]") {
   nn::GPT<double> gpt({.vocab = 7, .context = 4, .dim = 8, .heads = 2, .layers = 1});
   nn::MultiheadAttention<double> mha({.dim = 8, .heads = 2});
@@ -132,5 +156,7 @@ TEST_CASE("bad input: transformer modules", "[transformer][bad_input]") {
       bad<InvalidArgument>("gpt token range", "index_select", {"index value 9", "size 7"},
                            [&] { (void)gpt(tokens({1, 9}, Shape{1, 2})); }),
       bad<InvalidArgument>("gpt options", "nn::GPT", {"vocab 0"}, [] { nn::GPT<double>({.vocab = 0, .context = 4}); }),
+      bad<InvalidArgument>("mha dropout", "nn::MultiheadAttention", {"dropout must be in [0, 1)", "1"},
+                           [] { nn::MultiheadAttention<double>({.dim = 8, .heads = 2, .dropout = 1}); }),
   });
 }

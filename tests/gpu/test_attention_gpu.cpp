@@ -2,7 +2,9 @@
 // random data: forward (o and the statistics) and backward, bf16 and f16 on cuDNN's fused SDPA
 // (head dims 64 and 128, causal, grouped-query, padding lengths, [B, S, H, D] views) and the
 // composed fallback (f32, a head dim cuDNN refuses); which path ran is checked through
-// kernel_fallbacks(). Also autograd on the device and the autotuner's benchmark mode.
+// kernel_fallbacks(). Dropout: cuDNN draws its own mask (Philox), which the forward also dumps
+// for the test; the CPU reference takes that mask (and the composed path shares the CPU's).
+// Also autograd on the device and the autotuner's benchmark mode.
 #include "parity.hpp"
 #include "temp_dir.hpp"
 
@@ -13,6 +15,7 @@
 
 #include "cutrain/autograd/functions/attention.hpp"
 #include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/cuda/cuda_graph.hpp"
 #include "cutrain/ops/attention.hpp"
 
 using namespace cutrain;
@@ -43,6 +46,10 @@ std::vector<Case> cases() {
       {"causal, more queries than keys", 1, 2, 2, 80, 64, 64, 64, {.causal = true}},
       {"one query", 3, 4, 4, 1, 33, 64, 64},
       {"head dim 20 (composed)", 2, 2, 1, 17, 23, 20, 20, {.causal = true}, false, {}, {}, false},
+      {"dropout d64", 2, 4, 4, 128, 128, 64, 64, {.dropout = 0.2, .seed = 5}},
+      {"dropout d128 causal gqa bshd", 1, 4, 2, 96, 96, 128, 128, {.causal = true, .dropout = 0.4, .seed = 6}, true},
+      {"dropout padding", 2, 2, 2, 64, 64, 64, 64, {.dropout = 0.1, .seed = 7}, false, {64, 30}, {64, 41}},
+      {"dropout head dim 20 (composed)", 2, 2, 1, 17, 23, 20, 20, {.dropout = 0.3, .seed = 8}, false, {}, {}, false},
   };
 }
 
@@ -94,8 +101,24 @@ void check_case(const Case& c, Rng& rng) {
   CHECK(fused == want_fused);
   if (c.bshd && fused) CHECK(r.o.strides()[1] < r.o.strides()[2]);  // o laid out as q is
 
-  const auto ref = ops::scaled_dot_product_attention_forward(qr, kr, vr, c.p, lc);
-  const auto gref = ops::scaled_dot_product_attention_backward(qr, kr, vr, ref.o, dr, ref.stats, c.p, lc);
+  cpu::detail::AttentionGeometry geom = ops::detail::attention_geometry("test", qr, kr, vr, c.p, lc);
+  if constexpr (!std::is_same_v<T, float>) {
+    if (c.p.dropout > 0 && fused) {  // cuDNN's mask, dumped by the same forward graph plus the dump
+      Tensor<float> dump(Shape{c.B, c.H, c.Sq, c.Skv}, {.device = dev});
+      AttentionForward<T, float> rd;
+      REQUIRE(ops::detail::attention_forward_cudnn(q, k, v, ops::detail::attention_geometry("test", q, k, v, c.p, lg), lg,
+                                                   rd, &dump));
+      check_close(name + " o with the mask dumped", rd.o, cast<double>(r.o.to(Device::cpu())), tolerance<T>);
+      geom.keep = dump.to(Device::cpu()).contiguous().to_vector();
+      std::size_t dropped = 0;
+      for (float x : geom.keep) dropped += x == 0.0f ? 1 : 0;
+      const double frac = static_cast<double>(dropped) / static_cast<double>(geom.keep.size());
+      INFO("dropped " << frac << " of the weights, dropout " << c.p.dropout);
+      CHECK(std::abs(frac - c.p.dropout) < 0.05);
+    }
+  }
+  const auto ref = cpu::attention_forward(qr, kr, vr, geom);
+  const auto gref = cpu::attention_backward(qr, kr, vr, ref.o, dr, ref.stats, geom);
   check_close(name + " o", r.o, ref.o);
   check_close(name + " stats", valid_stats(r.stats, c), valid_stats(ref.stats, c), tolerance<T>);
   const double grad_tol = 2 * tolerance<T>;
@@ -146,4 +169,31 @@ TEST_CASE("gpu attention: autograd on the device and the autotuner's benchmark m
   CHECK(tuned == 2);  // the forward and the backward graph
   autotune::set_cache(nullptr);
   cuda::cudnn::clear_graph_cache();
+}
+
+// Dropout's seed is copied from the host per call: under a CUDA-graph capture the op refuses
+// with a clear error (and the capture is abandoned), and the same call without dropout captures.
+TEST_CASE("gpu attention: dropout inside a CUDA-graph capture is refused", "[gpu][attention][graph]") {
+  cuda::Stream stream;
+  cuda::StreamGuard on(stream.get());
+  Rng rng(2113);
+  auto q = random_pair<bfloat16>(Shape{1, 2, 64, 64}, rng, Layout::row_major).first;
+  (void)ops::scaled_dot_product_attention_forward(q, q, q, {.causal = true});  // warm-up: builds the graph
+  cuda::CudaGraph graph;
+  bool refused = false;
+  try {
+    graph.capture([&] { (void)ops::scaled_dot_product_attention_forward(q, q, q, {.dropout = 0.1, .seed = 1}); });
+  } catch (const InvalidArgument& e) {
+    refused = true;
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("scaled_dot_product_attention") != std::string::npos);
+    CHECK(std::string(e.what()).find("CUDA graph") != std::string::npos);
+  }
+  CHECK(refused);
+  AttentionForward<bfloat16, float> r;
+  graph.capture([&] { r = ops::scaled_dot_product_attention_forward(q, q, q, {.causal = true}); });
+  graph.replay();
+  stream.synchronize();
+  const auto ref = ops::scaled_dot_product_attention_forward(q, q, q, {.causal = true});
+  check_close("captured o", r.o, cast<double>(ref.o.to(Device::cpu())), tolerance<bfloat16>);
 }

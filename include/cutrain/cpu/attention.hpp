@@ -2,7 +2,8 @@
 // q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv] with H a multiple of Hk (grouped-query
 // attention: query head h reads key/value head h / (H / Hk)). Scores s_ij = scale q_i . k_j,
 // masked (causal: j > i; padding: j >= kv_len, rows i >= q_len give zeros), softmax over j,
-// o_i = sum_j p_ij v_j. Sums are accumulated in double and rounded to T at the end. The backward
+// o_i = sum_j p_ij m_ij v_j with the dropout weights m_ij (0, or 1 / (1 - dropout) where kept;
+// 1 without dropout). Sums are accumulated in double and rounded to T at the end. The backward
 // rebuilds p from the forward's log-sum-exp statistics. Arguments are checked by ops/attention.hpp.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cutrain/core/params/attention.hpp"
+#include "cutrain/core/random.hpp"
 #include "cutrain/cpu/common.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::cpu {
@@ -26,6 +28,20 @@ struct AttentionGeometry {
   double scale = 1;
   bool causal = false;
   std::vector<std::int32_t> q_len{}, kv_len{};
+  // Dropout: p_ij (logical index ((b H + h) Sq + i) Skv + j) is kept unless
+  // uniform_at(seed, index) < dropout, or, where `keep` is given (B H Sq Skv values, 1 kept, 0
+  // dropped: another generator's mask, as the GPU tests take cuDNN's), as keep says.
+  double dropout = 0;
+  std::uint64_t seed = 0;
+  std::vector<float> keep{};
+
+  // m_ij: the weight dropout gives p_ij.
+  double kept(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    if (dropout == 0) return 1.0;
+    const auto index = static_cast<std::uint64_t>(((b * H + h) * Sq + i) * Skv + j);
+    const bool on = keep.empty() ? uniform_at(seed, index) >= dropout : keep[index] != 0.0f;
+    return on ? 1.0 / (1.0 - dropout) : 0.0;
+  }
 
   std::int64_t rows(std::int64_t b) const { return q_len.empty() ? Sq : q_len[static_cast<std::size_t>(b)]; }
   std::int64_t keys(std::int64_t b, std::int64_t i) const {
@@ -98,7 +114,8 @@ AttentionForward<T> attention_forward(const Tensor<T>& q, const Tensor<T>& k, co
                            double* oi = &o[static_cast<std::size_t>(row * g.Dv)];
                            for (std::int64_t j = 0; j < n; ++j) {
                              const double* vj = &vd[static_cast<std::size_t>(((b * g.Hk + hk) * g.Skv + j) * g.Dv)];
-                             for (std::int64_t d = 0; d < g.Dv; ++d) oi[d] += p[j] * vj[d];
+                             const double w = p[j] * g.kept(b, h, i, j);
+                             for (std::int64_t d = 0; d < g.Dv; ++d) oi[d] += w * vj[d];
                            }
                          });
   return {detail::attention_tensor<T>(o, Shape{g.B, g.H, g.Sq, g.Dv}),
@@ -106,7 +123,7 @@ AttentionForward<T> attention_forward(const Tensor<T>& q, const Tensor<T>& k, co
 }
 
 // dq, dk, dv from the forward's o and stats and the output gradient do. With p rebuilt from the
-// statistics: dv_j += p_ij do_i, dp_ij = do_i . v_j, ds_ij = p_ij (dp_ij - do_i . o_i),
+// statistics: dv_j += p_ij m_ij do_i, dp_ij = m_ij do_i . v_j, ds_ij = p_ij (dp_ij - do_i . o_i),
 // dq_i = scale sum_j ds_ij k_j, dk_j += scale ds_ij q_i (summed over a key head's query heads).
 template <CpuFloat T>
 AttentionBackward<T> attention_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& o,
@@ -129,12 +146,13 @@ AttentionBackward<T> attention_backward(const Tensor<T>& q, const Tensor<T>& k, 
           const std::size_t kv_row = static_cast<std::size_t>((b * g.Hk + hk) * g.Skv + j);
           const double* vj = &vd[kv_row * static_cast<std::size_t>(g.Dv)];
           double* dvj = &dv[kv_row * static_cast<std::size_t>(g.Dv)];
+          const double m = g.kept(b, h, i, j), w = p[j] * m;
           double dp = 0;
           for (std::int64_t d = 0; d < g.Dv; ++d) {
             dp += doi[d] * vj[d];
-            dvj[d] += p[j] * doi[d];
+            dvj[d] += w * doi[d];
           }
-          ds[static_cast<std::size_t>(j)] = p[j] * (dp - delta);
+          ds[static_cast<std::size_t>(j)] = p[j] * (m * dp - delta);
         }
         const double* qi = &qd[static_cast<std::size_t>(row * g.D)];
         double* dqi = &dq[static_cast<std::size_t>(row * g.D)];

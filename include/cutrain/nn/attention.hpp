@@ -3,6 +3,8 @@
 // the layout cuDNN's SDPA takes without transposes), scaled dot-product attention (causal by
 // option) and an output projection Linear(C, C). Weights normal(0, std); the output
 // projection's normal(0, proj_std) (GPT-2 scales it by 1 / sqrt(2 · layers)); biases zero.
+// dropout > 0 drops attention probabilities in training (a fresh seed per call, from (seed, call
+// number), as nn::Dropout does; not inside a CUDA-graph capture); eval mode turns it off.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -23,6 +25,7 @@ struct MultiheadAttentionOptions {
   bool causal = true;
   bool bias = true;
   double std = 0.02, proj_std = 0.02;
+  double dropout = 0;  // on the attention probabilities, in training
   std::uint64_t seed = 0;
 };
 
@@ -54,10 +57,13 @@ class MultiheadAttention : public Module<MultiheadAttention<T>, T> {
                     x.defined() ? x.value().describe() : std::string("an undefined Var"));
     const std::int64_t b = x.value().dim(0), s = x.value().dim(1), c = opts_.dim, h = opts_.heads;
     const Var<X> fused = autograd::reshape(qkv(autograd::reshape(x, Shape{b * s, c})), Shape{b, s, 3, h, c / h});
-    const auto head = [&](int i) {
-      return autograd::permute(autograd::squeeze(autograd::slice(fused, 2, i, i + 1), 2), {0, 2, 1, 3});
-    };
-    const Var<X> o = autograd::scaled_dot_product_attention(head(0), head(1), head(2), {.causal = opts_.causal});
+    AttentionParams p{.causal = opts_.causal};
+    if (this->is_training() && opts_.dropout > 0) {
+      p.dropout = opts_.dropout;
+      p.seed = splitmix64(opts_.seed ^ splitmix64(calls_++));
+    }
+    // q, k, v are views of `fused`; its gradient is written whole (autograd::qkv_attention).
+    const Var<X> o = autograd::qkv_attention(fused, p);
     // o is [B, S, H, D] in memory on the GPU: back to [B·S, C] without a copy there.
     const Var<X> y = autograd::reshape(autograd::permute(o, {0, 2, 1, 3}), Shape{b * s, c});
     return autograd::reshape(proj(y), Shape{b, s, c});
@@ -75,9 +81,12 @@ class MultiheadAttention : public Module<MultiheadAttention<T>, T> {
                     "dim must be a positive multiple of heads, got dim ", o.dim, ", heads ", o.heads);
     CUTRAIN_REQUIRE(o.std > 0 && o.proj_std > 0, InvalidArgument, "nn::MultiheadAttention",
                     "std and proj_std must be positive, got ", o.std, " and ", o.proj_std);
+    CUTRAIN_REQUIRE(o.dropout >= 0 && o.dropout < 1, InvalidArgument, "nn::MultiheadAttention",
+                    "dropout must be in [0, 1), got ", o.dropout);
     return o;
   }
   MultiheadAttentionOptions opts_;
+  mutable std::uint64_t calls_ = 0;  // dropout's seed per call
 
  public:
   Linear<T> qkv, proj;

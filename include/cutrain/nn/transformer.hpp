@@ -26,6 +26,7 @@ struct TransformerBlockOptions {
   std::int64_t hidden = 0;  // the MLP's width; 0: 4 dim
   bool causal = true;
   double std = 0.02, proj_std = 0.02;  // the residual projections' (attention proj and fc2)
+  double attn_dropout = 0;             // MultiheadAttention's dropout, in training
   std::uint64_t seed = 0;
 };
 
@@ -34,7 +35,13 @@ class TransformerBlock : public Module<TransformerBlock<T>, T> {
  public:
   explicit TransformerBlock(const TransformerBlockOptions& o)
       : ln1({.shape = {o.dim}}),
-        attn({.dim = o.dim, .heads = o.heads, .causal = o.causal, .std = o.std, .proj_std = o.proj_std, .seed = o.seed}),
+        attn({.dim = o.dim,
+              .heads = o.heads,
+              .causal = o.causal,
+              .std = o.std,
+              .proj_std = o.proj_std,
+              .dropout = o.attn_dropout,
+              .seed = o.seed}),
         ln2({.shape = {o.dim}}),
         fc1(detail::normal_linear<T>(o.dim, hidden_of(o), true, o.std, o.seed, 0xfc1)),
         fc2(detail::normal_linear<T>(hidden_of(o), o.dim, true, o.proj_std, o.seed, 0xfc2)) {}
@@ -56,6 +63,10 @@ class TransformerBlock : public Module<TransformerBlock<T>, T> {
     fc1.visit_params(join_name(prefix, "fc1"), f);
     fc2.visit_params(join_name(prefix, "fc2"), f);
   }
+  void set_training(bool on) {
+    Module<TransformerBlock<T>, T>::set_training(on);
+    attn.set_training(on);
+  }
 
   LayerNorm<T> ln1;
   MultiheadAttention<T> attn;
@@ -68,6 +79,7 @@ class TransformerBlock : public Module<TransformerBlock<T>, T> {
 
 struct GPTOptions {
   std::int64_t vocab = 0, context = 0, dim = 384, heads = 6, layers = 6;
+  double attn_dropout = 0;  // in every block's attention, in training
   std::uint64_t seed = 0;
 };
 
@@ -81,7 +93,10 @@ class GPT : public Module<GPT<T>, T> {
         ln_f({.shape = {o.dim}}) {
     const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(o.layers));
     for (std::int64_t i = 0; i < o.layers; ++i)
-      blocks.emplace_back(TransformerBlockOptions{.dim = o.dim, .heads = o.heads, .proj_std = proj_std,
+      blocks.emplace_back(TransformerBlockOptions{.dim = o.dim,
+                                                  .heads = o.heads,
+                                                  .proj_std = proj_std,
+                                                  .attn_dropout = o.attn_dropout,
                                                   .seed = o.seed + 1000 * static_cast<std::uint64_t>(i + 1)});
   }
 
@@ -103,6 +118,10 @@ class GPT : public Module<GPT<T>, T> {
     wpe.visit_params(join_name(prefix, "wpe"), f);
     for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i].visit_params(join_name(prefix, "h." + std::to_string(i)), f);
     ln_f.visit_params(join_name(prefix, "ln_f"), f);
+  }
+  void set_training(bool on) {
+    Module<GPT<T>, T>::set_training(on);
+    for (auto& b : blocks) b.set_training(on);
   }
   const GPTOptions& options() const { return opts_; }
   std::int64_t parameter_count() {

@@ -64,6 +64,8 @@ cpu::detail::AttentionGeometry attention_geometry(std::string_view op, const Ten
                   " (q ", q.describe(), ", k ", k.describe(), ")");
   g.scale = cutrain::detail::attention_scale(op, p, g.D);
   g.causal = p.causal;
+  g.dropout = cutrain::detail::attention_dropout(op, p);
+  g.seed = p.seed;
   g.q_len = attention_lengths(op, lens.q, "lengths.q", g.B, g.Sq, dev);
   g.kv_len = attention_lengths(op, lens.kv, "lengths.kv", g.B, g.Skv, dev);
   return g;
@@ -73,10 +75,15 @@ cpu::detail::AttentionGeometry attention_geometry(std::string_view op, const Ten
 // t as cuDNN's SDPA takes it: last stride 1, the others multiples of 8 elements, 16-byte aligned
 // data (a view where t is one, else a row-major copy).
 template <class T>
-Tensor<T> attention_operand(const Tensor<T>& t) {
+bool attention_suits(const Tensor<T>& t) {
   bool ok = t.strides()[3] == 1 && reinterpret_cast<std::uintptr_t>(t.data()) % 16 == 0;
   for (int d = 0; d < 3; ++d) ok = ok && (t.dim(d) == 1 || t.strides()[d] % 8 == 0);
-  return ok ? t.view() : contiguous_aligned(t, Layout::row_major);
+  return ok;
+}
+
+template <class T>
+Tensor<T> attention_operand(const Tensor<T>& t) {
+  return attention_suits(t) ? t.view() : contiguous_aligned(t, Layout::row_major);
 }
 
 // A new [B, heads, S, last] tensor laid out as like is: [B, S, heads, last] in memory (seen
@@ -118,6 +125,33 @@ inline DeviceLengths attention_device_lengths(const cpu::detail::AttentionGeomet
   return {lens.q.defined() ? contiguous_aligned(lens.q, Layout::row_major) : full(g.Sq),
           lens.kv.defined() ? contiguous_aligned(lens.kv, Layout::row_major) : full(g.Skv)};
 }
+// Dropout's Philox seed and offset for cuDNN: int32 [2] on dev (undefined without dropout).
+// Copied from the host, so not inside a CUDA-graph capture.
+inline Tensor<std::int32_t> attention_seed_offset(std::string_view op, const cpu::detail::AttentionGeometry& g,
+                                                  Device dev) {
+  if (g.dropout == 0) return {};
+  CUTRAIN_REQUIRE(!cutrain::detail::device_capturing(), InvalidArgument, op,
+                  "attention dropout copies its seed from the host and cannot be captured in a CUDA graph (dropout ",
+                  g.dropout, "); capture with dropout 0");
+  const auto seed = static_cast<std::int32_t>(static_cast<std::uint32_t>(splitmix64(g.seed)));
+  return Tensor<std::int32_t>::from_vector({seed, 0}, Shape{2}).to(dev);
+}
+
+// The forward on cuDNN's SDPA (bf16, f16): false where it has no engine. rng_dump, if given,
+// receives cuDNN's dropout keep mask [B, H, Sq, Skv] (the GPU tests hand it to the CPU).
+template <class T>
+bool attention_forward_cudnn(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                             const cpu::detail::AttentionGeometry& g, const AttentionLengths& lens,
+                             AttentionForward<T, float>& r, Tensor<float>* rng_dump = nullptr) {
+  const DeviceLengths dl = attention_device_lengths(g, lens, q.device());
+  const Tensor<std::int32_t> seed = attention_seed_offset("scaled_dot_product_attention", g, q.device());
+  r = {attention_like(q, g.Dv), Tensor<float>(Shape{g.B, g.H, g.Sq}, {.device = q.device()})};
+  if (!cuda::cudnn::attention_forward(attention_operand(q), attention_operand(k), attention_operand(v), dl.q, dl.kv,
+                                      g.scale, g.causal, g.dropout, seed, r.o, r.stats, rng_dump))
+    return false;
+  r.o = attention_zero_padded(r.o, g.q_len);
+  return true;
+}
 #endif
 }  // namespace detail
 
@@ -125,7 +159,8 @@ inline DeviceLengths attention_device_lengths(const cpu::detail::AttentionGeomet
 // (H a multiple of Hk: grouped-query attention), any strides. Returns o [B, H, Sq, Dv] (on the
 // GPU laid out as q is: [B, S, H, D] in memory for a permuted [B, S, H, D] q) and the log-sum-exp
 // statistics [B, H, Sq] the backward takes (f32 on the GPU). Masks: p.causal, and padding
-// lengths (read to the host to check them: not inside a CUDA-graph capture).
+// lengths (read to the host to check them: not inside a CUDA-graph capture). Dropout on the
+// probabilities: p.dropout, p.seed (AttentionParams; not inside a capture either).
 template <class T>
 AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(const Tensor<T>& q, const Tensor<T>& k,
                                                                             const Tensor<T>& v,
@@ -137,15 +172,8 @@ AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(cons
       op, [&](const auto& q, const auto& k, const auto& v) { return cpu::attention_forward(q, k, v, g); },
       CUTRAIN_IF_CUDA([&](const auto& q, const auto& k, const auto& v) -> AttentionForward<T, float> {
         if constexpr (!std::is_same_v<T, float>) {
-          const detail::DeviceLengths dl = detail::attention_device_lengths(g, lens, q.device());
-          AttentionForward<T, float> r{detail::attention_like(q, g.Dv),
-                                       Tensor<float>(Shape{g.B, g.H, g.Sq}, {.device = q.device()})};
-          if (cuda::cudnn::attention_forward(detail::attention_operand(q), detail::attention_operand(k),
-                                             detail::attention_operand(v), dl.q, dl.kv, g.scale, g.causal, r.o,
-                                             r.stats)) {
-            r.o = detail::attention_zero_padded(r.o, g.q_len);
-            return r;
-          }
+          AttentionForward<T, float> r;
+          if (detail::attention_forward_cudnn(q, k, v, g, lens, r)) return r;
         }
         return detail::attention_forward_composed(q, k, v, g);
       }),
@@ -174,12 +202,14 @@ AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, c
                           const auto& stats) -> AttentionBackward<T> {
         if constexpr (!std::is_same_v<T, float>) {
           const detail::DeviceLengths dl = detail::attention_device_lengths(g, lens, q.device());
+          const Tensor<std::int32_t> seed = detail::attention_seed_offset(op, g, q.device());
           AttentionBackward<T> r{detail::attention_like(q, g.D), detail::attention_like(k, g.D),
                                  detail::attention_like(v, g.Dv)};
           if (cuda::cudnn::attention_backward(detail::attention_operand(q), detail::attention_operand(k),
                                               detail::attention_operand(v), detail::attention_operand(o),
                                               detail::attention_operand(dout), detail::contiguous_aligned(stats, Layout::row_major),
-                                              dl.q, dl.kv, g.scale, g.causal, p.deterministic, r.dq, r.dk, r.dv)) {
+                                              dl.q, dl.kv, g.scale, g.causal, p.deterministic, g.dropout, seed,
+                                              r.dq, r.dk, r.dv)) {
             r.dq = detail::attention_zero_padded(r.dq, g.q_len);
             r.dk = detail::attention_zero_padded(r.dk, g.kv_len);
             r.dv = detail::attention_zero_padded(r.dv, g.kv_len);
@@ -189,6 +219,49 @@ AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, c
         return detail::attention_backward_composed(q, k, v, o, dout, stats, g);
       }),
       q, k, v, o, dout, stats);
+}
+
+// The backward written into `into`: views of q's, k's and v's shapes on their device, any strides
+// (a fused QKV projection's gradient seen as three heads, say). On the GPU cuDNN's SDPA writes
+// them in place where it takes them as they are (bf16, f16, no padding lengths, strides as
+// attention_operand's); otherwise the gradients are computed as above and copied in.
+template <class T>
+void scaled_dot_product_attention_backward_into(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                                const Tensor<T>& o, const Tensor<T>& dout,
+                                                const Tensor<AttentionStats<T>>& stats, const AttentionParams& p,
+                                                const AttentionLengths& lens, AttentionBackward<T>& into) {
+  constexpr std::string_view op = "scaled_dot_product_attention_backward";
+  check::shape(op, into.dq, q.shape(), "into.dq");
+  check::shape(op, into.dk, k.shape(), "into.dk");
+  check::shape(op, into.dv, v.shape(), "into.dv");
+  (void)check::same_device(op, q, into.dq, into.dk, into.dv);
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+    if (q.device().is_cuda() && !lens.any() && detail::attention_suits(into.dq) && detail::attention_suits(into.dk) &&
+        detail::attention_suits(into.dv)) {
+      const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
+      check::shape(op, o, Shape{g.B, g.H, g.Sq, g.Dv}, "o");
+      check::shape(op, dout, Shape{g.B, g.H, g.Sq, g.Dv}, "dout");
+      check::shape(op, stats, Shape{g.B, g.H, g.Sq}, "stats");
+      (void)check::same_device(op, q, k, v, o, dout, stats);
+      const Tensor<std::int32_t> seed = detail::attention_seed_offset(op, g, q.device());
+      if (cuda::cudnn::attention_backward(detail::attention_operand(q), detail::attention_operand(k),
+                                          detail::attention_operand(v), detail::attention_operand(o),
+                                          detail::attention_operand(dout),
+                                          detail::contiguous_aligned(stats, Layout::row_major), {}, {}, g.scale,
+                                          g.causal, p.deterministic, g.dropout, seed, into.dq, into.dk, into.dv)) {
+        into.dq.bump_version();
+        into.dk.bump_version();
+        into.dv.bump_version();
+        return;
+      }
+    }
+  }
+#endif
+  AttentionBackward<T> r = scaled_dot_product_attention_backward(q, k, v, o, dout, stats, p, lens);
+  into.dq.copy_from(r.dq);
+  into.dk.copy_from(r.dk);
+  into.dv.copy_from(r.dv);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -3,7 +3,8 @@
 // SDPA has no engine (f32 inputs, head dims it refuses). It materializes the [Sq, Skv] scores
 // per head, so it costs O(B H Sq Skv) memory; the fused path does not. Same semantics and
 // statistics as cpu/attention.hpp. Grouped heads are broadcast batch dims of the matmuls:
-// q is seen as [B, Hk, G, Sq, D] against k as [B, Hk, 1, Skv, D].
+// q is seen as [B, Hk, G, Sq, D] against k as [B, Hk, 1, Skv, D]. Dropout is ops::dropout_forward
+// on the probabilities: its mask over their logical index is the CPU's (cpu/attention.hpp).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -17,6 +18,7 @@
 #include "cutrain/cpu/attention.hpp"
 #include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/cast.hpp"
+#include "cutrain/ops/dropout.hpp"
 #include "cutrain/ops/elementwise.hpp"
 #include "cutrain/ops/matmul.hpp"
 #include "cutrain/ops/reduce.hpp"
@@ -60,6 +62,12 @@ inline Tensor<float> attention_scores(const Tensor<float>& q5, const Tensor<floa
   return ops::add(ops::scale(ops::matmul(q5, cutrain::transpose(k5, 3, 4)), scale), m.add);
 }
 
+// p with dropout applied (y) and the dropout weights (mask), or p itself without dropout.
+inline DropoutForward<float> attention_dropped(const Tensor<float>& p, const cpu::detail::AttentionGeometry& g) {
+  if (g.dropout == 0) return {p.view(), Tensor<float>{}};
+  return ops::dropout_forward(p, g.dropout, g.seed);
+}
+
 template <class T>
 AttentionForward<T, float> attention_forward_composed(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                                       const cpu::detail::AttentionGeometry& g) {
@@ -70,7 +78,7 @@ AttentionForward<T, float> attention_forward_composed(const Tensor<T>& q, const 
   const Tensor<float> lse = ops::add(mx, ops::log(ops::sum(ops::exp(ops::sub(s, mx)), {-1}, true)));
   const Tensor<float> p = ops::exp(ops::sub(s, lse));
   const Tensor<float> zero = Tensor<float>::zeros(Shape{1}, {.device = q.device()});
-  const Tensor<float> o5 = ops::where(m.rows, ops::matmul(p, v5), zero);
+  const Tensor<float> o5 = ops::where(m.rows, ops::matmul(attention_dropped(p, g).y, v5), zero);
   return {ops::cast<T>(cutrain::reshape(o5, Shape{g.B, g.H, g.Sq, g.Dv})),
           cutrain::reshape(lse, Shape{g.B, g.H, g.Sq})};
 }
@@ -88,8 +96,10 @@ AttentionBackward<T> attention_backward_composed(const Tensor<T>& q, const Tenso
   const Tensor<float> do5 = ops::where(m.rows, attention_grouped(dout, g.Hk), zero);
   // Padded rows of o are unspecified too (cuDNN's forward leaves them): 0 * NaN must not reach delta.
   const Tensor<float> o5 = ops::where(m.rows, attention_grouped(o, g.Hk), zero);
-  const Tensor<float> dv = ops::sum(ops::matmul(cutrain::transpose(p, 3, 4), do5), {2});
-  const Tensor<float> dp = ops::matmul(do5, cutrain::transpose(v5, 3, 4));
+  const DropoutForward<float> pd = attention_dropped(p, g);
+  const Tensor<float> dv = ops::sum(ops::matmul(cutrain::transpose(pd.y, 3, 4), do5), {2});
+  Tensor<float> dp = ops::matmul(do5, cutrain::transpose(v5, 3, 4));
+  if (pd.mask.defined()) dp = ops::mul(dp, pd.mask);
   const Tensor<float> delta = ops::sum(ops::mul(do5, o5), {-1}, true);
   const Tensor<float> ds = ops::mul(p, ops::sub(dp, delta));
   const Tensor<float> dq = ops::scale(ops::matmul(ds, k5), g.scale);

@@ -19,12 +19,20 @@ struct AttentionParams {
   bool causal = false;  // query i attends to keys j <= i (top-left aligned, as torch's is_causal)
   double scale = 0;     // multiplies Q Kᵀ; 0: 1 / sqrt(D)
   bool deterministic = false;  // the backward without atomics (cuDNN's deterministic engine)
+  // Dropout on the attention probabilities: each p_ij is zeroed with probability `dropout` and
+  // the rest scaled by 1 / (1 - dropout). The mask is a function of (seed, b, h, i, j): the
+  // backward given the same parameters redraws the forward's. The CPU and the GPU's composed
+  // path draw it from cutrain::uniform_at (the same mask on both); cuDNN from its Philox
+  // generator (seed, offset 0): another mask of the same law. Pick a fresh seed per step.
+  double dropout = 0;
+  std::uint64_t seed = 0;
   friend bool operator==(const AttentionParams&, const AttentionParams&) = default;
 };
 
 inline std::ostream& operator<<(std::ostream& os, const AttentionParams& p) {
-  return os << "{causal " << (p.causal ? "true" : "false") << ", scale " << p.scale
-            << (p.deterministic ? ", deterministic" : "") << "}";
+  os << "{causal " << (p.causal ? "true" : "false") << ", scale " << p.scale;
+  if (p.dropout > 0) os << ", dropout " << p.dropout << " seed " << p.seed;
+  return os << (p.deterministic ? ", deterministic" : "") << "}";
 }
 
 // Padding masks: int32 [B] tensors on q's device, or undefined (every position valid). Query
@@ -63,6 +71,13 @@ inline double attention_scale(std::string_view op, const AttentionParams& p, std
   CUTRAIN_REQUIRE(std::isfinite(p.scale) && p.scale >= 0, InvalidArgument, op,
                   "scale must be finite and >= 0 (0: 1/sqrt(D)), got ", p.scale);
   return p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(d));
+}
+
+// The dropout probability, checked: [0, 1) (the negated test also rejects NaN).
+inline double attention_dropout(std::string_view op, const AttentionParams& p) {
+  CUTRAIN_REQUIRE(p.dropout >= 0.0 && p.dropout < 1.0, InvalidArgument, op, "dropout must be in [0, 1), got ",
+                  p.dropout);
+  return p.dropout;
 }
 }  // namespace detail
 

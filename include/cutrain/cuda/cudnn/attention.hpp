@@ -13,6 +13,8 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <vector>
 
 #include "cutrain/core/params/attention.hpp"
 #include "cutrain/cuda/cudnn/plan_store.hpp"
@@ -28,6 +30,12 @@ inline std::pair<Shape, Strides> attention_stats_view(const Tensor<float>& stats
 
 inline TensorAttr attention_lengths(fe::graph::Graph& g, const char* name, std::int64_t b) {
   return tensor(g, name, Shape{b, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::INT32);
+}
+
+// Dropout's Philox seed and offset: int32 [1, 1, 1, 1] each, on the device.
+inline std::pair<TensorAttr, TensorAttr> attention_seed(fe::graph::Graph& g) {
+  return {tensor(g, "seed", Shape{1, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::INT32),
+          tensor(g, "offset", Shape{1, 1, 1, 1}, Strides{1, 1, 1, 1}, fe::DataType_t::INT32)};
 }
 
 template <class T>
@@ -52,17 +60,21 @@ inline autotune::Planner attention_planner(int dev, bool padded) {
 
 }  // namespace detail
 
-// o and stats of softmax(scale q kᵀ, masked) v. False: no engine (nothing ran).
+// o and stats of softmax(scale q kᵀ, masked) v, with dropout on the probabilities where
+// dropout > 0 (Philox seeded by seed_offset's two int32 values on the device: seed, offset;
+// rng_dump, if given, receives the keep mask [B, H, Sq, Skv] in f32: the tests' window on it).
+// False: no engine (nothing ran).
 template <GpuFloat T>
 [[nodiscard]] bool attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                      const Tensor<std::int32_t>& q_len, const Tensor<std::int32_t>& kv_len,
-                                     double scale, bool causal, Tensor<T>& o, Tensor<float>& stats) {
+                                     double scale, bool causal, double dropout, const Tensor<std::int32_t>& seed_offset,
+                                     Tensor<T>& o, Tensor<float>& stats, Tensor<float>* rng_dump = nullptr) {
   constexpr std::string_view op = "scaled_dot_product_attention";
   const int dev = q.device().index;
   const bool padded = q_len.defined();
   const auto [ss, sst] = detail::attention_stats_view(stats);
   GraphKey key(GraphOp::attention_forward, dev);
-  key.add(dtype_of<T>).add(scale).add(causal).add(padded);
+  key.add(dtype_of<T>).add(scale).add(causal).add(padded).add(dropout).add(rng_dump != nullptr);
   key.add(q.shape(), q.strides()).add(k.shape(), k.strides()).add(v.shape(), v.strides()).add(o.shape(), o.strides());
   PlanStore& store = plan_store();
   bool failed = false;
@@ -70,7 +82,8 @@ template <GpuFloat T>
   if (!bg && !failed) {
     const std::string text =
         cutrain::detail::cat("sdpa fwd ", dtype_of<T>, " scale ", scale, causal ? " causal" : "", padded ? " padded" : "",
-                             signature(" q", q.shape(), q.strides()), signature(" k", k.shape(), k.strides()),
+                             dropout > 0 ? cutrain::detail::cat(" dropout ", dropout) : std::string(),
+                             rng_dump ? " rng_dump" : "", signature(" q", q.shape(), q.strides()), signature(" k", k.shape(), k.strides()),
                              signature(" v", v.shape(), v.strides()), signature(" o", o.shape(), o.strides()));
     bg = store.try_build(key, text, detail::attention_planner(dev, padded),
                          [&](autotune::Planner& planner) {
@@ -85,20 +98,33 @@ template <GpuFloat T>
         SKV = detail::attention_lengths(*g, "seq_len_kv", q.dim(0));
         attrs.set_padding_mask(true).set_seq_len_q(SQ).set_seq_len_kv(SKV);
       }
+      TensorAttr SEED, OFFSET, DUMP;
+      if (dropout > 0) {
+        std::tie(SEED, OFFSET) = detail::attention_seed(*g);
+        attrs.set_dropout(static_cast<float>(dropout), SEED, OFFSET);
+      }
+      if (rng_dump) {
+        DUMP = tensor(*g, "rng_dump", *rng_dump);
+        DUMP->set_output(true);
+        attrs.set_rng_dump(DUMP);
+      }
       auto [O, STATS] = g->sdpa(Q, K, V, attrs);
       detail::attention_output(O, o);
       STATS->set_output(true).set_dim(ss.dims()).set_stride(sst).set_data_type(fe::DataType_t::FLOAT);
       build(*g, handles(dev).cudnn, op, text, false, planner);
       std::vector<TensorAttr> ts{Q, K, V, O, STATS};
       if (padded) ts.insert(ts.end(), {SQ, SKV});
+      if (dropout > 0) ts.insert(ts.end(), {SEED, OFFSET});
+      if (rng_dump) ts.push_back(DUMP);
       return BuiltGraph{g, std::move(ts), g->get_workspace_size()};
     });
   }
   if (!bg) return ++kernel_fallbacks(), false;
-  if (padded)
-    execute(*bg, dev, {q.data(), k.data(), v.data(), o.data(), stats.data(), q_len.data(), kv_len.data()}, op);
-  else
-    execute(*bg, dev, {q.data(), k.data(), v.data(), o.data(), stats.data()}, op);
+  std::vector<const void*> ptrs{q.data(), k.data(), v.data(), o.data(), stats.data()};
+  if (padded) ptrs.insert(ptrs.end(), {q_len.data(), kv_len.data()});
+  if (dropout > 0) ptrs.insert(ptrs.end(), {seed_offset.data(), seed_offset.data() + 1});
+  if (rng_dump) ptrs.push_back(rng_dump->data());
+  execute(*bg, dev, ptrs, op);
   return true;
 }
 
@@ -108,14 +134,15 @@ template <GpuFloat T>
 [[nodiscard]] bool attention_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& o,
                                       const Tensor<T>& dout, const Tensor<float>& stats,
                                       const Tensor<std::int32_t>& q_len, const Tensor<std::int32_t>& kv_len,
-                                      double scale, bool causal, bool deterministic, Tensor<T>& dq, Tensor<T>& dk,
+                                      double scale, bool causal, bool deterministic, double dropout,
+                                      const Tensor<std::int32_t>& seed_offset, Tensor<T>& dq, Tensor<T>& dk,
                                       Tensor<T>& dv) {
   constexpr std::string_view op = "scaled_dot_product_attention_backward";
   const int dev = q.device().index;
   const bool padded = q_len.defined();
   const auto [ss, sst] = detail::attention_stats_view(stats);
   GraphKey key(GraphOp::attention_backward, dev);
-  key.add(dtype_of<T>).add(scale).add(causal).add(padded).add(deterministic);
+  key.add(dtype_of<T>).add(scale).add(causal).add(padded).add(deterministic).add(dropout);
   for (const Tensor<T>* t : std::initializer_list<const Tensor<T>*>{&q, &k, &v, &o, &dout, &dq, &dk, &dv})
     key.add(t->shape(), t->strides());
   PlanStore& store = plan_store();
@@ -124,7 +151,8 @@ template <GpuFloat T>
   if (!bg && !failed) {
     const std::string text = cutrain::detail::cat(
         "sdpa bwd ", dtype_of<T>, " scale ", scale, causal ? " causal" : "", padded ? " padded" : "",
-        deterministic ? " deterministic" : "", signature(" q", q.shape(), q.strides()),
+        deterministic ? " deterministic" : "", dropout > 0 ? cutrain::detail::cat(" dropout ", dropout) : std::string(),
+        signature(" q", q.shape(), q.strides()),
         signature(" k", k.shape(), k.strides()), signature(" v", v.shape(), v.strides()),
         signature(" o", o.shape(), o.strides()), signature(" do", dout.shape(), dout.strides()),
         signature(" dq", dq.shape(), dq.strides()), signature(" dk", dk.shape(), dk.strides()),
@@ -145,6 +173,11 @@ template <GpuFloat T>
         SKV = detail::attention_lengths(*g, "seq_len_kv", q.dim(0));
         attrs.set_padding_mask(true).set_seq_len_q(SQ).set_seq_len_kv(SKV);
       }
+      TensorAttr SEED, OFFSET;
+      if (dropout > 0) {
+        std::tie(SEED, OFFSET) = detail::attention_seed(*g);
+        attrs.set_dropout(static_cast<float>(dropout), SEED, OFFSET);
+      }
       auto [DQ, DK, DV] = g->sdpa_backward(Q, K, V, O, DO, STATS, attrs);
       detail::attention_output(DQ, dq);
       detail::attention_output(DK, dk);
@@ -152,18 +185,16 @@ template <GpuFloat T>
       build(*g, handles(dev).cudnn, op, text, false, planner);
       std::vector<TensorAttr> ts{Q, K, V, O, DO, STATS, DQ, DK, DV};
       if (padded) ts.insert(ts.end(), {SQ, SKV});
+      if (dropout > 0) ts.insert(ts.end(), {SEED, OFFSET});
       return BuiltGraph{g, std::move(ts), g->get_workspace_size()};
     });
   }
   if (!bg) return ++kernel_fallbacks(), false;
-  if (padded)
-    execute(*bg, dev,
-            {q.data(), k.data(), v.data(), o.data(), dout.data(), stats.data(), dq.data(), dk.data(), dv.data(),
-             q_len.data(), kv_len.data()},
-            op);
-  else
-    execute(*bg, dev,
-            {q.data(), k.data(), v.data(), o.data(), dout.data(), stats.data(), dq.data(), dk.data(), dv.data()}, op);
+  std::vector<const void*> ptrs{q.data(),    k.data(),     v.data(),  o.data(), dout.data(),
+                                stats.data(), dq.data(), dk.data(), dv.data()};
+  if (padded) ptrs.insert(ptrs.end(), {q_len.data(), kv_len.data()});
+  if (dropout > 0) ptrs.insert(ptrs.end(), {seed_offset.data(), seed_offset.data() + 1});
+  execute(*bg, dev, ptrs, op);
   return true;
 }
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -162,7 +163,7 @@ inline void clear_graph_cache() { plan_store().clear(); }
 // every op call); later calls go through the graph's kept variant packs (see
 // cudnn/variant_packs.hpp) straight to cuDNN. After the first call a plan with a record goes to
 // its file (see "Built plans on disk").
-inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void*> ptrs, std::string_view op) {
+inline void execute(BuiltGraph& bg, int device, std::span<const void* const> ptrs, std::string_view op) {
   const std::size_t n = bg.tensors.size();
   const std::string& key = bg.text;
   CUTRAIN_REQUIRE(ptrs.size() == n, Error, op, key, ": ", ptrs.size(), " pointers for a graph of ", n, " tensors");
@@ -171,8 +172,7 @@ inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void
   constexpr std::size_t max_fast = VariantPacks::max_pointers;
   if (bg.sorted.size() == n && n <= max_fast) {
     void* sorted[max_fast];
-    const void* const* p = ptrs.begin();
-    for (std::size_t i = 0; i < n; ++i) sorted[i] = const_cast<void*>(p[bg.sorted[i]]);
+    for (std::size_t i = 0; i < n; ++i) sorted[i] = const_cast<void*>(ptrs[bg.sorted[i]]);
     if (bg.packs) {
       bg.packs->execute(handle, sorted, n, ws, op, key);
       return;
@@ -211,6 +211,10 @@ inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void
     if (bg.record->on_disk || detail::save_plan_file(bg)) detail::warm_record(*bg.record);
     bg.record.reset();
   }
+}
+
+inline void execute(BuiltGraph& bg, int device, std::initializer_list<const void*> ptrs, std::string_view op) {
+  execute(bg, device, std::span<const void* const>(ptrs.begin(), ptrs.size()), op);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn
