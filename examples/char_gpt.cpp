@@ -30,6 +30,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <numbers>
 #include <optional>
 #include <string>
@@ -315,7 +316,10 @@ int main(int argc, char** argv) {
     double window_loss = 0;
     std::int64_t window_steps = 0, tokens = 0;
     double train_s = 0;
+    // CUTRAIN_PROFILE=1: the ops of steps 50 to 99 timed and tabled (core/profile.hpp).
+    std::unique_ptr<profile::Session> prof;
     while (step < args.steps) {
+      if (step == 50) prof = profile::Session::from_env();
       const auto t0 = Clock::now();
       const double lr = lr_at(args, step);
       opt.set_lr(lr);
@@ -338,6 +342,10 @@ int main(int argc, char** argv) {
       ++window_steps;
       ++step;
       sync(dev);
+      if (step == 100 && prof) {
+        std::fprintf(stderr, "\nprofile of steps 50-99:");
+        prof.reset();
+      }
       const double ms = seconds(t0, Clock::now()) * 1e3;
       step_ms.push_back(ms);
       train_s += ms / 1e3;

@@ -6,6 +6,7 @@
 #include "cutrain/core/any_tensor.hpp"
 #include "cutrain/core/cast.hpp"
 #include "cutrain/core/npy.hpp"
+#include "cutrain/core/profile.hpp"
 #include "cutrain/core/safetensors.hpp"
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/core/view.hpp"

@@ -1,5 +1,6 @@
 // The CUDA backend of core/backend.hpp: device memory from the caching allocator, memset and
-// copies on this thread's stream, the capture status, and the loader's pinned staging buffers.
+// copies on this thread's stream, the capture status, the loader's pinned staging buffers, and
+// the profiler's events.
 // Registered during static initialization by every program that includes a cuda/ header
 // (runtime.hpp includes this one); cuda/kernels/copy.hpp adds the strided copy kernel.
 #pragma once
@@ -16,6 +17,7 @@
 #include <cstddef>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "cutrain/core/backend.hpp"
 #include "cutrain/cuda/allocator.hpp"
@@ -113,6 +115,42 @@ inline bool capturing() {
 
 inline std::unique_ptr<core::HostStaging> make_staging() { return std::make_unique<PinnedStaging>(); }
 
+// The profiler's events: a per-thread pool, so that a profiled step creates none after its first.
+inline std::vector<cudaEvent_t>& event_pool() {
+  thread_local std::vector<cudaEvent_t> pool;
+  return pool;
+}
+
+inline void* event_record() {
+  std::vector<cudaEvent_t>& pool = event_pool();
+  cudaEvent_t e = nullptr;
+  if (pool.empty()) {
+    core::cuda_check(cudaEventCreate(&e), "profile::OpScope", "cudaEventCreate");
+  } else {
+    e = pool.back();
+    pool.pop_back();
+  }
+  core::cuda_check(cudaEventRecord(e, core::thread_stream()), "profile::OpScope", "cudaEventRecord");
+  return e;
+}
+
+inline double event_elapsed_ms(void* from, void* to) {
+  constexpr std::string_view op = "profile::Session::stop";
+  core::cuda_check(cudaEventSynchronize(static_cast<cudaEvent_t>(to)), op, "cudaEventSynchronize");
+  float ms = 0;
+  core::cuda_check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)), op,
+                   "cudaEventElapsedTime");
+  return ms;
+}
+
+inline void event_release(void* e) noexcept {
+  try {
+    event_pool().push_back(static_cast<cudaEvent_t>(e));
+  } catch (...) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  }
+}
+
 inline bool register_backend() {
   core::DeviceBackend& b = core::device_backend_slot();
   b.allocate = &allocate;
@@ -121,6 +159,9 @@ inline bool register_backend() {
   b.copy = &copy;
   b.capturing = &capturing;
   b.make_staging = &make_staging;
+  b.event_record = &event_record;
+  b.event_elapsed_ms = &event_elapsed_ms;
+  b.event_release = &event_release;
   return true;
 }
 

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "cutrain/core/check.hpp"
+#include "cutrain/core/profile.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
 
 // The one place ops/ asks whether this translation unit has the CUDA backend: the CUDA
@@ -121,7 +122,8 @@ Device common_device([[maybe_unused]] std::string_view op, const Tensor<T>& firs
   return first.device();
 }
 
-// Runs cpu(tensors...) or gpu(tensors...) by the tensors' device, or throws: DeviceError for
+// Runs cpu(tensors...) or gpu(tensors...) by the tensors' device (timed by core/profile.hpp while a
+// profiling session records), or throws: DeviceError for
 // tensors on different devices or for CUDA tensors without the CUDA backend, NotImplemented for
 // an element type the backend does not compute in (Dtypes; void means FloatDtypes of the first
 // tensor's type).
@@ -129,7 +131,9 @@ template <class R, class Dtypes = void, class Cpu, class Gpu, class T, class... 
 R dispatch(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu&& gpu, const Tensor<T>& first,
            const Rest&... rest) {
   using D = std::conditional_t<std::is_void_v<Dtypes>, FloatDtypes<T>, Dtypes>;
-  if (common_device(op, first, rest...).is_cpu()) {
+  const Device dev = common_device(op, first, rest...);
+  [[maybe_unused]] const profile::OpScope timed(op, dev);  // while a profile::Session records
+  if (dev.is_cpu()) {
     if constexpr (D::cpu) {
       // The CPU implementations' scratch buffers are std::vectors: what they throw for sizes the
       // host cannot hold becomes an Error naming the op.

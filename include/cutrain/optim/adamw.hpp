@@ -57,6 +57,7 @@ class AdamW : public Optimizer<T> {
   // reads the learning rate set by then (set_lr), through the graph's hook.
   void step() {
     constexpr std::string_view op = "optim::AdamW::step";
+    const profile::OpScope timed(op, this->params_.empty() ? Device::cpu() : this->params_.front().value().device());
     std::vector<std::size_t> captured;
     typename Optimizer<T>::CaptureCheck capturing_on;
     for (std::size_t k = 0; k < this->params_.size(); ++k) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cutrain/autograd/var.hpp"
+#include "cutrain/core/profile.hpp"
 #include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/elementwise.hpp"
 #include "cutrain/ops/reduce.hpp"
@@ -68,6 +69,7 @@ Tensor<T> clip_grad_norm_device(const std::vector<autograd::Var<T>>& params, dou
   const Device dev = grads.front()->device();
   CUTRAIN_REQUIRE(!dev.is_cpu(), InvalidArgument, "optim::clip_grad_norm_device",
                   "the gradients are on the CPU: use clip_grad_norm");
+  const profile::OpScope timed("optim::clip_grad_norm", dev);  // one row in a profile
   const auto& [eps, one] = detail::clip_constants<T>(dev);
   // Each gradient's norm in two stages, over its last dim and then over the rest: the reduction
   // kernels spread a reduction over the outputs, so a whole tensor reduced at once runs in one

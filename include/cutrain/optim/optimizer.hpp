@@ -15,6 +15,7 @@
 
 #include "cutrain/autograd/var.hpp"
 #include "cutrain/core/checkpoint.hpp"
+#include "cutrain/core/profile.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cuda_graph.hpp"
