@@ -79,17 +79,6 @@ class AnyTensor {
 
 using TensorMap = std::map<std::string, AnyTensor>;
 
-// The size in bytes of one element of d.
-inline constexpr std::size_t element_size(DType d) {
-  switch (d) {
-    case DType::f64: return 8;
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
-    case DType::u8: return 1;
-  }
-  return 1;
-}
-
 // Calls fn(std::type_identity<T>{}) with the element type of d.
 template <class Fn>
 decltype(auto) visit_dtype(DType d, Fn&& fn) {

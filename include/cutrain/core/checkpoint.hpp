@@ -259,7 +259,7 @@ class Checkpoint {
         fail(detail::cat("truncated or corrupt: ", rec, " claims rank ", rank, " but only ", in.body_left(),
                          " bytes remain before the checksum"));
       // numel * element size, refusing anything that overflows: it must equal the byte length.
-      std::uint64_t expect = tensor ? ck::dtype_size(r.dtype) : 0;
+      std::uint64_t expect = tensor ? dtype_size(r.dtype) : 0;
       bool overflow = false;
       r.dims.resize(rank);
       for (std::uint32_t d = 0; d < rank; ++d) {
@@ -280,7 +280,7 @@ class Checkpoint {
                             overflow ? std::string("more than 2^64") : std::to_string(expect)));
       // A zero dim makes the byte count 0 but not the strides: [0, 2^40, 2^40] must be refused
       // here, where the file is named, not when a tensor is made from it.
-      if (tensor && !shape_fits(Shape(r.dims), ck::dtype_size(r.dtype)))
+      if (tensor && !shape_fits(Shape(r.dims), dtype_size(r.dtype)))
         corrupt(detail::cat(rec, " has shape ", Shape(r.dims), ", too large for a ", r.dtype,
                             " tensor: its byte count overflows int64"));
       r.bytes.resize(static_cast<std::size_t>(len));

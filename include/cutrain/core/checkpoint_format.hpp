@@ -61,15 +61,6 @@ inline bool dtype_from_code(std::uint8_t c, DType& d) {
   d = all[c - 1];
   return true;
 }
-inline std::size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::f64: return 8;
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
-    case DType::u8: return 1;
-  }
-  return 1;
-}
 inline std::uint8_t layout_code(Layout l) {
   switch (l) {
     case Layout::row_major: return 1;

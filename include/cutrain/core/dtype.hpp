@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string_view>
@@ -26,6 +27,17 @@ inline std::string_view to_string(DType d) {
   return "?";
 }
 inline std::ostream& operator<<(std::ostream& os, DType d) { return os << to_string(d); }
+
+// The size in bytes of one element of d.
+inline constexpr std::size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f64: return 8;
+    case DType::f32: case DType::i32: return 4;
+    case DType::f16: case DType::bf16: return 2;
+    case DType::u8: return 1;
+  }
+  return 1;
+}
 
 namespace detail {
 inline std::uint16_t f32_to_f16_bits(float f) {

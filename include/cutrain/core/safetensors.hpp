@@ -164,7 +164,7 @@ inline void save_safetensors(const std::filesystem::path& path, const TensorMap&
                     name, "\" is reserved or empty");
     CUTRAIN_REQUIRE(t.defined(), InvalidArgument, op, path.string(), ": tensor \"", name, "\" is undefined");
     host.push_back(std::visit([](const auto& x) { return AnyTensor(detail::weights::host_row_major(x)); }, t.variant()));
-    const std::uint64_t bytes = static_cast<std::uint64_t>(t.shape().numel()) * element_size(t.dtype());
+    const std::uint64_t bytes = static_cast<std::uint64_t>(t.shape().numel()) * dtype_size(t.dtype());
     json::Value entry = json::Value::object();
     entry["dtype"] = std::string(st::name_of(t.dtype()));
     entry["shape"] = t.shape().dims();
