@@ -222,6 +222,7 @@ class StoreServer {
       while (clients_[i].fd >= 0 && take_frame(clients_[i].in, body)) handle(i, body);
     } catch (const DistError& e) {
       fail(cat("rank ", clients_[i].rank, " sent ", e.what()));
+      if (clients_[i].fd >= 0) reply(clients_[i].fd, Msg::error, {failure_});  // it may be waiting
     }
   }
 
