@@ -13,6 +13,15 @@
 // GPU computes. Limits: batches are assembled on the calling thread (no worker threads).
 // One mean and one std apply to every channel. Padding for the crop is zero in the dataset's
 // pixel values (before normalization), as torchvision's RandomCrop(padding) then Normalize.
+//
+// Data-parallel sharding (.rank, .world_size, e.g. from dist::Env): every rank draws the same
+// epoch order (same seed), keeps its first world_size * floor(N / world_size) positions and takes
+// positions rank, rank + world_size, ... of it: disjoint samples, the same count on every rank.
+// The remainder (fewer than world_size samples, a different few each shuffled epoch) is dropped,
+// as DistributedSampler(drop_last=True), so no sample is seen twice in an epoch. The ranks'
+// batches k together hold the samples of batch k of a one-process loader with the same seed and
+// batch * world_size (in another order within the batch; its last batch may hold more), and
+// augmentation draws from the global position, so each sample is augmented alike in both.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -41,6 +50,8 @@ struct LoaderOptions {
   int random_crop_padding = 0;    // 0 = off; else pad by this many pixels and crop back at random
   bool hflip = false;             // flip left-right with probability 1/2
   Device device = Device::cpu();  // where the batches are delivered
+  std::int64_t rank = 0;          // this process's shard, in [0, world_size)
+  std::int64_t world_size = 1;    // shards (processes); 1 = no sharding
 };
 
 template <class T>
@@ -64,6 +75,11 @@ class Loader {
                     images_.describe());
     CUTRAIN_REQUIRE(labels_.rank() == 1 && labels_.shape()[0] == images_.shape()[0], InvalidArgument, "data::Loader",
                     "labels must be [N] with N = ", images_.shape()[0], " images, got ", labels_.describe());
+    CUTRAIN_REQUIRE(opts.world_size >= 1 && opts.rank >= 0 && opts.rank < opts.world_size, InvalidArgument,
+                    "data::Loader", "rank must be in [0, world_size) with world_size >= 1, got rank ", opts.rank,
+                    ", world_size ", opts.world_size);
+    CUTRAIN_REQUIRE(images_.shape()[0] >= opts.world_size, InvalidArgument, "data::Loader", "the dataset's ",
+                    images_.shape()[0], " samples are fewer than world_size ", opts.world_size);
     CUTRAIN_REQUIRE(images_.device().is_cpu() && labels_.device().is_cpu(), InvalidArgument, "data::Loader",
                     "the dataset must be on the host, got ", images_.describe());
     const std::int64_t h = images_.shape()[2], w = images_.shape()[3];
@@ -80,13 +96,15 @@ class Loader {
 
   const LoaderOptions& options() const { return opts_; }
   std::int64_t dataset_size() const { return images_.shape()[0]; }
+  // Samples of this rank's shard per epoch: dataset_size() / world_size (the remainder is dropped).
+  std::int64_t shard_size() const { return dataset_size() / opts_.world_size; }
   // Batches per epoch.
   std::int64_t size() const {
-    const std::int64_t n = dataset_size(), b = opts_.batch;
+    const std::int64_t n = shard_size(), b = opts_.batch;
     return opts_.drop_last ? n / b : (n + b - 1) / b;
   }
-  // Samples per epoch (fewer than dataset_size() with drop_last).
-  std::int64_t samples_per_epoch() const { return opts_.drop_last ? size() * opts_.batch : dataset_size(); }
+  // This rank's samples per epoch (fewer than shard_size() with drop_last).
+  std::int64_t samples_per_epoch() const { return opts_.drop_last ? size() * opts_.batch : shard_size(); }
 
   // The epoch the next begin() runs.
   std::int64_t epoch() const { return epoch_; }
@@ -95,8 +113,18 @@ class Loader {
     epoch_ = e;
   }
 
-  // The sample order of epoch e (the identity without .shuffle).
+  // This rank's sample order of epoch e: its shard of global_order(e).
   std::vector<std::int64_t> order(std::int64_t e) const {
+    auto p = global_order(e);
+    if (opts_.world_size == 1) return p;
+    std::vector<std::int64_t> mine(static_cast<std::size_t>(shard_size()));
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      mine[i] = p[i * static_cast<std::size_t>(opts_.world_size) + static_cast<std::size_t>(opts_.rank)];
+    return mine;
+  }
+
+  // The order of all samples in epoch e, the same on every rank (the identity without .shuffle).
+  std::vector<std::int64_t> global_order(std::int64_t e) const {
     std::vector<std::int64_t> p(static_cast<std::size_t>(dataset_size()));
     std::iota(p.begin(), p.end(), std::int64_t{0});
     if (opts_.shuffle) {
@@ -110,7 +138,7 @@ class Loader {
   Batch<T> batch(std::int64_t e, const std::vector<std::int64_t>& perm, std::int64_t k) const {
     CUTRAIN_REQUIRE(k >= 0 && k < size(), InvalidArgument, "data::Loader::batch", "batch ", k, " out of range for ", size());
     const std::int64_t c = images_.shape()[1], h = images_.shape()[2], w = images_.shape()[3];
-    const std::int64_t begin = k * opts_.batch, end = std::min(begin + opts_.batch, dataset_size());
+    const std::int64_t begin = k * opts_.batch, end = std::min(begin + opts_.batch, shard_size());
     const std::int64_t b = end - begin, plane = h * w, sample = c * plane;
     // On the CPU the batch is assembled in its tensors; for a GPU, in a pinned staging buffer
     // (x, then y at a 256-byte aligned offset) copied to the device asynchronously.
@@ -144,7 +172,8 @@ class Loader {
       // Offsets of the crop window in the padded image, in [0, 2p]; dy = dx = p is the identity.
       std::int64_t dy = p, dx = p;
       bool flip = false;
-      const auto u = static_cast<std::uint64_t>(pos) * 3;
+      // Drawn at the global position, so a rank's sample is augmented as a single process would.
+      const auto u = static_cast<std::uint64_t>(pos * opts_.world_size + opts_.rank) * 3;
       if (p > 0) {
         dy = static_cast<std::int64_t>(uniform_at(aug_seed, u) * (2 * p + 1));
         dx = static_cast<std::int64_t>(uniform_at(aug_seed, u + 1) * (2 * p + 1));
