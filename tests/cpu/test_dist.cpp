@@ -278,7 +278,7 @@ TEST_CASE("dist store: a rank that dies fails the others' waits", "[dist]") {
       RANK_CHECK(contains(e.what(), "rank 2 disconnected"));
       RANK_CHECK(std::chrono::steady_clock::now() - t0 < 5s);
     }
-    if (rank == 0) std::this_thread::sleep_for(1s);  // rank 1 hears it before the server goes (slack for a loaded machine)
+    if (rank == 0) std::this_thread::sleep_for(1s);  // rank 1 hears it before the server goes
     return 0;
   });
   CHECK(codes == std::vector<int>{0, 0, 0});
