@@ -2,7 +2,7 @@
 // statistics so that the normalization matters) to ONNX, with an input batch and cutrain's own
 // CPU forward of it in eval mode, for tests/onnx_check.py to compare against ONNX Runtime.
 //
-//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar}{.onnx,_input.npy,_expected.npy}
+//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar,activations}{.onnx,_input.npy,_expected.npy}
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -55,6 +55,21 @@ int main(int argc, char** argv) try {
   Rng rng(2026);
   export_one("fashion_mnist_cnn", nn::fashion_mnist_cnn<float>(rng), Shape{4, 1, 28, 28}, dir, rng);
   export_one("resnet18_cifar", nn::resnet18_cifar<float>(rng), Shape{2, 3, 32, 32}, dir, rng);
+  // Every activation and pool that has an ONNX form, and a dropout that the export drops.
+  using A = cutrain::Activation;
+  export_one("activations",
+             nn::Sequential<float>{nn::Conv2d<float>({.in = 3, .out = 8, .kernel = 3, .stride = 2, .dilation = 2}, rng),
+                                   nn::AvgPool2d({.kernel = 3, .stride = 1, .padding = 1, .count_include_pad = false}),
+                                   nn::Activation({.kind = A::gelu_tanh}),
+                                   nn::MaxPool2d({.kernel = 3, .stride = 2, .padding = 1}),
+                                   nn::Activation({.kind = A::gelu_erf}), nn::Activation({.kind = A::silu}),
+                                   nn::Activation({.kind = A::elu, .alpha = 1.0}),
+                                   nn::Activation({.kind = A::leaky_relu, .alpha = 0.1}),
+                                   nn::Activation({.kind = A::sigmoid}), nn::Activation({.kind = A::tanh}),
+                                   nn::BatchNorm2d<float>({.features = 8}), nn::AdaptiveAvgPool2d(1), nn::Flatten{},
+                                   nn::Dropout({.p = 0.5}), nn::Linear<float>({.in = 8, .out = 5}, rng),
+                                   nn::Activation({.kind = A::identity})},
+             Shape{3, 3, 17, 15}, dir, rng);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "onnx_export: %s\n", e.what());

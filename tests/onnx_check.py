@@ -22,14 +22,18 @@ def main(argv):
         print(f"onnx_check: SKIPPED ({e}; scripts/setup installs onnx and onnxruntime)")
         return 77
     model_path, input_path, expected_path = argv[1:]
-    model = onnx.load(model_path)
+    try:
+        model = onnx.load(model_path)
+        x = np.load(input_path)
+        want = np.load(expected_path)
+    except (OSError, ValueError) as e:
+        print(f"onnx_check: FAIL {model_path}: cannot read the files: {e}")
+        return 1
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as e:  # onnx.checker.ValidationError, shape inference errors
         print(f"onnx_check: FAIL {model_path}: onnx.checker: {e}")
         return 1
-    x = np.load(input_path)
-    want = np.load(expected_path)
     sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
     got = sess.run(None, {name: x})[0]
