@@ -39,7 +39,7 @@ inline constexpr std::string_view export_op = "deploy::export_onnx";
 inline std::string type_name(const std::type_info& t) {
 #if __has_include(<cxxabi.h>)
   int status = 0;
-  char* s = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+  char* s = ::abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
   if (status == 0 && s) {
     std::string out(s);
     std::free(s);
