@@ -1,5 +1,5 @@
-// Everything that runs on the host: core/, cpu/, ops/ and data/. Compiles with no CUDA on the
-// machine (ops on cuda tensors then throw DeviceError).
+// Everything that runs on the host: core/, cpu/, ops/, data/ and deploy/onnx.hpp. Compiles
+// with no CUDA on the machine (ops on cuda tensors then throw DeviceError).
 #pragma once
 
 #include "cutrain/version.hpp"
@@ -12,6 +12,7 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/data/idx.hpp"
 #include "cutrain/data/text.hpp"
+#include "cutrain/deploy/onnx.hpp"  // brings nn/: the export reads modules, and needs no CUDA
 #include "cutrain/dist/buckets.hpp"
 #include "cutrain/dist/env.hpp"
 #include "cutrain/dist/store.hpp"

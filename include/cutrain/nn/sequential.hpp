@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -38,6 +39,8 @@ struct AnyModule {
   virtual void visit_params(const std::string&, const ParamVisitor<T>&) {}
   virtual void visit_buffers(const std::string&, const BufferVisitor<T>&) {}
   virtual void set_training(bool) {}
+  // The concrete module's type (what Sequential::get_if casts to; exporters name it in errors).
+  virtual const std::type_info& type() const = 0;
 };
 
 template <class V> struct VarElement;
@@ -94,6 +97,7 @@ struct ModuleHolder final : AnyModule<T> {
   void set_training(bool on) override {
     if constexpr (requires { m.set_training(on); }) m.set_training(on);
   }
+  const std::type_info& type() const override { return typeid(M); }
 };
 }  // namespace detail
 
@@ -164,6 +168,20 @@ class Sequential : public Module<Sequential<T>, T> {
     auto* h = dynamic_cast<detail::ModuleHolder<T, M>*>(modules_[i].get());
     CUTRAIN_REQUIRE(h != nullptr, InvalidArgument, "Sequential::at", "module ", i, " is not of the requested type");
     return h->m;
+  }
+  // The i-th module as an M, or nullptr when it is another type (i must be < size()).
+  template <class M>
+  const M* get_if(std::size_t i) const {
+    CUTRAIN_REQUIRE(i < modules_.size(), InvalidArgument, "Sequential::get_if", "index ", i, " out of range for ",
+                    modules_.size(), " modules");
+    const auto* h = dynamic_cast<const detail::ModuleHolder<T, M>*>(modules_[i].get());
+    return h ? &h->m : nullptr;
+  }
+  // The type of the i-th module.
+  const std::type_info& module_type(std::size_t i) const {
+    CUTRAIN_REQUIRE(i < modules_.size(), InvalidArgument, "Sequential::module_type", "index ", i, " out of range for ",
+                    modules_.size(), " modules");
+    return modules_[i]->type();
   }
 
  private:

@@ -1,0 +1,77 @@
+// Exports the Fashion-MNIST reference CNN and resnet18_cifar (random weights, random batch-norm
+// statistics so that the normalization matters) to ONNX, with an input batch and cutrain's own
+// CPU forward of it in eval mode, for tests/onnx_check.py to compare against ONNX Runtime.
+//
+//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar,activations}{.onnx,_input.npy,_expected.npy}
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+
+#include "cutrain/cpu.hpp"
+#include "cutrain/deploy/onnx.hpp"
+#include "cutrain/nn.hpp"
+
+using namespace cutrain;
+
+namespace {
+
+// Batch-norm scales and statistics, and every bias, away from their 1/0 defaults.
+void randomize_norms(nn::Sequential<float>& net, Rng& rng) {
+  net.visit_params("", [&](const std::string& name, autograd::Var<float>& p) {
+    if (p.shape().rank() != 1) return;  // conv and linear weights keep their init
+    const bool gamma = name.ends_with("weight");
+    p.value().assign(Tensor<float>::uniform(p.shape(), rng, gamma ? 0.5 : -0.2, gamma ? 1.5 : 0.2).to_vector());
+  });
+  net.visit_buffers("", [&](const std::string& name, Tensor<float>& t) {
+    const bool var = name.ends_with("running_var");
+    t.assign(Tensor<float>::uniform(t.shape(), rng, var ? 0.5 : -0.3, var ? 1.5 : 0.3).to_vector());
+  });
+}
+
+void export_one(const std::string& name, nn::Sequential<float> net, const Shape& shape, const std::filesystem::path& dir,
+                Rng& rng) {
+  randomize_norms(net, rng);
+  net.eval();
+  const Tensor<float> x = Tensor<float>::randn(shape, rng);
+  const auto out = net(x);
+  const Tensor<float>& y = out.value();
+  const auto info = deploy::export_onnx(net, dir / (name + ".onnx"), shape);
+  save_npy(dir / (name + "_input.npy"), x);
+  save_npy(dir / (name + "_expected.npy"), y);
+  std::printf("%s: %zu nodes, %zu initializers, output %s\n", name.c_str(), info.op_types.size(), info.initializers,
+              cutrain::detail::cat(info.output_shape).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: onnx_export OUT_DIR\n");
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  std::filesystem::create_directories(dir);
+  Rng rng(2026);
+  export_one("fashion_mnist_cnn", nn::fashion_mnist_cnn<float>(rng), Shape{4, 1, 28, 28}, dir, rng);
+  export_one("resnet18_cifar", nn::resnet18_cifar<float>(rng), Shape{2, 3, 32, 32}, dir, rng);
+  // Every activation and pool that has an ONNX form, and a dropout that the export drops.
+  using A = cutrain::Activation;
+  export_one("activations",
+             nn::Sequential<float>{nn::Conv2d<float>({.in = 3, .out = 8, .kernel = 3, .stride = 2, .dilation = 2}, rng),
+                                   nn::AvgPool2d({.kernel = 3, .stride = 1, .padding = 1, .count_include_pad = false}),
+                                   nn::Activation({.kind = A::gelu_tanh}),
+                                   nn::MaxPool2d({.kernel = 3, .stride = 2, .padding = 1}),
+                                   nn::Activation({.kind = A::gelu_erf}), nn::Activation({.kind = A::silu}),
+                                   nn::Activation({.kind = A::elu, .alpha = 1.0}),
+                                   nn::Activation({.kind = A::leaky_relu, .alpha = 0.1}),
+                                   nn::Activation({.kind = A::sigmoid}), nn::Activation({.kind = A::tanh}),
+                                   nn::BatchNorm2d<float>({.features = 8}), nn::AdaptiveAvgPool2d(1), nn::Flatten{},
+                                   nn::Dropout({.p = 0.5}), nn::Linear<float>({.in = 8, .out = 5}, rng),
+                                   nn::Activation({.kind = A::identity})},
+             Shape{3, 3, 17, 15}, dir, rng);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "onnx_export: %s\n", e.what());
+  return 1;
+}
