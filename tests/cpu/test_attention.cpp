@@ -228,7 +228,9 @@ TEST_CASE("attention composed from matmuls matches the reference", "[attention]"
                v = f(random({c.B, c.Hk, c.Skv, c.Dv}, rng)), dout = f(random({c.B, c.H, c.Sq, c.Dv}, rng));
     const auto g = ops::detail::attention_geometry("test", q, k, v, c.p, lengths(c));
     const auto ref = ops::scaled_dot_product_attention_forward(q, k, v, c.p, lengths(c));
-    const auto gref = ops::scaled_dot_product_attention_backward(q, k, v, ref.o, dout, ref.stats, c.p, lengths(c));
+    CHECK(ref.mask == (c.p.dropout > 0 ? DropoutMask::cutrain : DropoutMask::none));
+    const auto gref =
+        ops::scaled_dot_product_attention_backward(q, k, v, ref.o, dout, ref.stats, c.p, lengths(c), ref.mask);
     const auto com = ops::detail::attention_forward_composed(q, k, v, g);
     CHECK(max_diff(d(com.o), d(ref.o)) < 1e-5);
     // Padded rows' statistics are unspecified: compare the others.
@@ -274,8 +276,14 @@ TEST_CASE("attention dropout: seeds and explicit masks", "[attention]") {
   CHECK(frac < 0.3);
   const auto e = cpu::attention_forward(q, k, v, g);
   CHECK(max_diff(a.o, e.o) == 0);
-  const auto ga = ops::scaled_dot_product_attention_backward(q, k, v, a.o, dout, a.stats, c.p);
+  const auto ga = ops::scaled_dot_product_attention_backward(q, k, v, a.o, dout, a.stats, c.p, {}, a.mask);
   const auto ge = cpu::attention_backward(q, k, v, e.o, dout, e.stats, g);
+  // With dropout the backward needs to know which generator drew the mask.
+  CUTRAIN_REQUIRE_THROWS_OP(ops::scaled_dot_product_attention_backward(q, k, v, a.o, dout, a.stats, c.p),
+                            InvalidArgument, "AttentionForward::mask");
+  CUTRAIN_REQUIRE_THROWS_OP(
+      ops::scaled_dot_product_attention_backward(q, k, v, a.o, dout, a.stats, c.p, {}, DropoutMask::cudnn),
+      InvalidArgument, "drawn by cuDNN");
   CHECK(max_diff(ga.dq, ge.dq) == 0);
   CHECK(max_diff(ga.dk, ge.dk) == 0);
   CHECK(max_diff(ga.dv, ge.dv) == 0);

@@ -93,13 +93,14 @@ void check_case(const Case& c, Rng& rng) {
 
   const auto fallbacks0 = cuda::cudnn::kernel_fallbacks().load();
   const auto r = ops::scaled_dot_product_attention_forward(q, k, v, c.p, lg);
-  const auto g = ops::scaled_dot_product_attention_backward(q, k, v, r.o, dout, r.stats, c.p, lg);
+  const auto g = ops::scaled_dot_product_attention_backward(q, k, v, r.o, dout, r.stats, c.p, lg, r.mask);
   // f32 goes to the composed path directly (cuDNN's SDPA takes bf16 and f16 only), uncounted.
   const bool fused = !std::is_same_v<T, float> && cuda::cudnn::kernel_fallbacks().load() == fallbacks0;
   const bool want_fused = c.fused && !std::is_same_v<T, float>;
   INFO("cuDNN SDPA ran: " << fused << " (expected " << want_fused << ")");
   CHECK(fused == want_fused);
   if (c.bshd && fused) CHECK(r.o.strides()[1] < r.o.strides()[2]);  // o laid out as q is
+  if (c.p.dropout > 0) CHECK(r.mask == (fused ? DropoutMask::cudnn : DropoutMask::cutrain));
 
   cpu::detail::AttentionGeometry geom = ops::detail::attention_geometry("test", qr, kr, vr, c.p, lc);
   if constexpr (!std::is_same_v<T, float>) {

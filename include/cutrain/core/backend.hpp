@@ -71,12 +71,12 @@ struct DeviceBackend {
   bool (*capturing)() = nullptr;
   std::unique_ptr<HostStaging> (*make_staging)() = nullptr;
   void (*strided_copy)(const StridedCopy&) = nullptr;
-  // The profiler's clock (core/profile.hpp): an event recorded now on this thread's stream (from
-  // a pool), the ms from one such event to a later one (waits for the later), and an event given
-  // back to the pool.
-  void* (*event_record)() = nullptr;
+  // The profiler's clock (core/profile.hpp): an event of `device` recorded now on this thread's
+  // stream (from a pool per device), the ms from one such event to a later one of the same device
+  // (waits for the later), and an event given back to its device's pool.
+  void* (*event_record)(int device) = nullptr;
   double (*event_elapsed_ms)(void* from, void* to) = nullptr;
-  void (*event_release)(void* event) noexcept = nullptr;
+  void (*event_release)(int device, void* event) noexcept = nullptr;
 };
 
 // The one registered backend; set once, during static initialization, by the backend's header.

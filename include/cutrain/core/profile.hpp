@@ -233,8 +233,8 @@ class Session {
   void release_events() noexcept {
     const cutrain::detail::DeviceBackend& b = cutrain::detail::device_backend_slot();
     for (detail::Pending& p : pending_) {
-      if (p.ev0 && b.event_release) b.event_release(p.ev0);
-      if (p.ev1 && b.event_release) b.event_release(p.ev1);
+      if (p.ev0 && b.event_release) b.event_release(p.device.index, p.ev0);
+      if (p.ev1 && b.event_release) b.event_release(p.device.index, p.ev1);
       p.ev0 = p.ev1 = nullptr;
     }
   }
@@ -252,17 +252,20 @@ class OpScope {
   OpScope(std::string_view op, Device dev) {
     detail::ThreadState& s = detail::thread_state();
     if (s.active == nullptr) return;
-    armed_ = true;
-    if (s.depth++ > 0) return;  // inside another op: counted in its time
-    if (dev.is_cuda()) {
-      const cutrain::detail::DeviceBackend& b = cutrain::detail::device_backend_slot();
-      if (!b.event_record || cutrain::detail::device_capturing()) return;
-      s.active->pending_.push_back({std::string(op), dev, b.event_record(), nullptr, {}, {}});
-    } else {
-      s.active->pending_.push_back({std::string(op), dev, nullptr, nullptr, std::chrono::steady_clock::now(), {}});
+    if (s.depth == 0) {  // not inside another op (whose time counts this one's)
+      Session& a = *s.active;
+      if (dev.is_cpu()) {
+        a.pending_.push_back({std::string(op), dev, nullptr, nullptr, std::chrono::steady_clock::now(), {}});
+        index_ = static_cast<long>(a.pending_.size()) - 1;
+      } else if (const auto& b = cutrain::detail::device_backend_slot();
+                 b.event_record && !cutrain::detail::device_capturing()) {
+        a.pending_.push_back({std::string(op), dev, b.event_record(dev.index), nullptr, {}, {}});
+        index_ = static_cast<long>(a.pending_.size()) - 1;
+      }
+      session_ = &a;
     }
-    index_ = static_cast<long>(s.active->pending_.size()) - 1;
-    session_ = s.active;
+    ++s.depth;  // only once nothing above can throw: the destructor undoes it
+    armed_ = true;
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -272,10 +275,14 @@ class OpScope {
     --s.depth;
     if (index_ < 0 || s.active != session_) return;
     detail::Pending& p = session_->pending_[static_cast<std::size_t>(index_)];
-    if (p.device.is_cuda())
-      p.ev1 = cutrain::detail::device_backend_slot().event_record();
-    else
+    if (p.device.is_cpu()) {
       p.t1 = std::chrono::steady_clock::now();
+      return;
+    }
+    try {  // a destructor does not throw (after a CUDA error, say): the op is then not recorded
+      p.ev1 = cutrain::detail::device_backend_slot().event_record(p.device.index);
+    } catch (...) {
+    }
   }
 
  private:

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <map>
 #include <cstddef>
 #include <memory>
 #include <string_view>
@@ -115,22 +116,31 @@ inline bool capturing() {
 
 inline std::unique_ptr<core::HostStaging> make_staging() { return std::make_unique<PinnedStaging>(); }
 
-// The profiler's events: a per-thread pool, so that a profiled step creates none after its first.
-inline std::vector<cudaEvent_t>& event_pool() {
-  thread_local std::vector<cudaEvent_t> pool;
-  return pool;
+// The profiler's events: a pool per thread and device, so that a profiled step creates none after
+// its first. An event belongs to the device that was current when it was created, so each is
+// created and recorded with its device current.
+inline std::vector<cudaEvent_t>& event_pool(int device) {
+  thread_local std::map<int, std::vector<cudaEvent_t>> pools;
+  return pools[device];
 }
 
-inline void* event_record() {
-  std::vector<cudaEvent_t>& pool = event_pool();
+inline void* event_record(int device) {
+  constexpr std::string_view op = "profile::OpScope";
+  int current = 0;
+  core::cuda_check(cudaGetDevice(&current), op, "cudaGetDevice");
+  if (current != device) core::cuda_check(cudaSetDevice(device), op, "cudaSetDevice");
+  std::vector<cudaEvent_t>& pool = event_pool(device);
   cudaEvent_t e = nullptr;
+  cudaError_t err = cudaSuccess;
   if (pool.empty()) {
-    core::cuda_check(cudaEventCreate(&e), "profile::OpScope", "cudaEventCreate");
+    err = cudaEventCreate(&e);
   } else {
     e = pool.back();
     pool.pop_back();
   }
-  core::cuda_check(cudaEventRecord(e, core::thread_stream()), "profile::OpScope", "cudaEventRecord");
+  if (err == cudaSuccess) err = cudaEventRecord(e, core::thread_stream());
+  if (current != device) (void)cudaSetDevice(current);
+  core::cuda_check(err, op, "cudaEventRecord");
   return e;
 }
 
@@ -143,9 +153,9 @@ inline double event_elapsed_ms(void* from, void* to) {
   return ms;
 }
 
-inline void event_release(void* e) noexcept {
+inline void event_release(int device, void* e) noexcept {
   try {
-    event_pool().push_back(static_cast<cudaEvent_t>(e));
+    event_pool(device).push_back(static_cast<cudaEvent_t>(e));
   } catch (...) {
     cudaEventDestroy(static_cast<cudaEvent_t>(e));
   }

@@ -71,6 +71,18 @@ cpu::detail::AttentionGeometry attention_geometry(std::string_view op, const Ten
   return g;
 }
 
+// With dropout the backward takes the forward's mask source: the generator that drew it must draw
+// it again (cuDNN's only on the GPU's fused path; cutrain's on the CPU and the composed path).
+inline void attention_check_mask(std::string_view op, const cpu::detail::AttentionGeometry& g, DropoutMask mask,
+                                 Device dev) {
+  if (g.dropout == 0) return;
+  CUTRAIN_REQUIRE(mask != DropoutMask::none, InvalidArgument, op, "with dropout ", g.dropout,
+                  " the backward needs the forward's AttentionForward::mask (which generator drew the mask)");
+  CUTRAIN_REQUIRE(mask == DropoutMask::cutrain || dev.is_cuda(), InvalidArgument, op,
+                  "the forward's dropout mask was drawn by cuDNN on the GPU; the backward on ", dev,
+                  " cannot draw it again");
+}
+
 #ifdef CUTRAIN_WITH_CUDA
 // t as cuDNN's SDPA takes it: last stride 1, the others multiples of 8 elements, 16-byte aligned
 // data (a view where t is one, else a row-major copy).
@@ -125,7 +137,8 @@ inline DeviceLengths attention_device_lengths(const cpu::detail::AttentionGeomet
   return {lens.q.defined() ? contiguous_aligned(lens.q, Layout::row_major) : full(g.Sq),
           lens.kv.defined() ? contiguous_aligned(lens.kv, Layout::row_major) : full(g.Skv)};
 }
-// Dropout's Philox seed and offset for cuDNN: int32 [2] on dev (undefined without dropout).
+// Dropout's Philox seed and offset for cuDNN: int32 [8] on dev, seed at 0 and offset at 4
+// (undefined without dropout).
 // Copied from the host, so not inside a CUDA-graph capture.
 inline Tensor<std::int32_t> attention_seed_offset(std::string_view op, const cpu::detail::AttentionGeometry& g,
                                                   Device dev) {
@@ -134,7 +147,8 @@ inline Tensor<std::int32_t> attention_seed_offset(std::string_view op, const cpu
                   "attention dropout copies its seed from the host and cannot be captured in a CUDA graph (dropout ",
                   g.dropout, "); capture with dropout 0");
   const auto seed = static_cast<std::int32_t>(static_cast<std::uint32_t>(splitmix64(g.seed)));
-  return Tensor<std::int32_t>::from_vector({seed, 0}, Shape{2}).to(dev);
+  // The seed at [0] and the offset (0) at [4]: each 16-byte aligned, as cuDNN's tensors are.
+  return Tensor<std::int32_t>::from_vector({seed, 0, 0, 0, 0, 0, 0, 0}, Shape{8}).to(dev);
 }
 
 // The forward on cuDNN's SDPA (bf16, f16): false where it has no engine. rng_dump, if given,
@@ -168,31 +182,45 @@ AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(cons
                                                                             const AttentionLengths& lens = {}) {
   constexpr std::string_view op = "scaled_dot_product_attention";
   const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
+  const DropoutMask drawn_here = g.dropout > 0 ? DropoutMask::cutrain : DropoutMask::none;
   return detail::dispatch<AttentionForward<T, AttentionStats<T>>>(
-      op, [&](const auto& q, const auto& k, const auto& v) { return cpu::attention_forward(q, k, v, g); },
+      op,
+      [&](const auto& q, const auto& k, const auto& v) {
+        auto r = cpu::attention_forward(q, k, v, g);
+        r.mask = drawn_here;
+        return r;
+      },
       CUTRAIN_IF_CUDA([&](const auto& q, const auto& k, const auto& v) -> AttentionForward<T, float> {
         if constexpr (!std::is_same_v<T, float>) {
           AttentionForward<T, float> r;
-          if (detail::attention_forward_cudnn(q, k, v, g, lens, r)) return r;
+          if (detail::attention_forward_cudnn(q, k, v, g, lens, r)) {
+            r.mask = g.dropout > 0 ? DropoutMask::cudnn : DropoutMask::none;
+            return r;
+          }
         }
-        return detail::attention_forward_composed(q, k, v, g);
+        auto r = detail::attention_forward_composed(q, k, v, g);
+        r.mask = drawn_here;
+        return r;
       }),
       q, k, v);
 }
 
 // dq, dk, dv (q's, k's and v's shapes; on the GPU laid out as they are) from the forward's o and
-// stats, the output gradient dout, and the forward's parameters and lengths.
+// stats, the output gradient dout, and the forward's parameters and lengths; with dropout also
+// the forward's `mask` (AttentionForward::mask), so that the same generator redraws it.
 template <class T>
 AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                                            const Tensor<T>& o, const Tensor<T>& dout,
                                                            const Tensor<AttentionStats<T>>& stats,
                                                            const AttentionParams& p = {},
-                                                           const AttentionLengths& lens = {}) {
+                                                           const AttentionLengths& lens = {},
+                                                           DropoutMask mask = DropoutMask::none) {
   constexpr std::string_view op = "scaled_dot_product_attention_backward";
   const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
   check::shape(op, o, Shape{g.B, g.H, g.Sq, g.Dv}, "o");
   check::shape(op, dout, Shape{g.B, g.H, g.Sq, g.Dv}, "dout");
   check::shape(op, stats, Shape{g.B, g.H, g.Sq}, "stats");
+  detail::attention_check_mask(op, g, mask, q.device());
   return detail::dispatch<AttentionBackward<T>>(
       op,
       [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& dout, const auto& stats) {
@@ -201,6 +229,7 @@ AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, c
       CUTRAIN_IF_CUDA([&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& dout,
                           const auto& stats) -> AttentionBackward<T> {
         if constexpr (!std::is_same_v<T, float>) {
+          if (mask == DropoutMask::cutrain) return detail::attention_backward_composed(q, k, v, o, dout, stats, g);
           const detail::DeviceLengths dl = detail::attention_device_lengths(g, lens, q.device());
           const Tensor<std::int32_t> seed = detail::attention_seed_offset(op, g, q.device());
           AttentionBackward<T> r{detail::attention_like(q, g.D), detail::attention_like(k, g.D),
@@ -216,6 +245,9 @@ AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, c
             return r;
           }
         }
+        CUTRAIN_REQUIRE(mask != DropoutMask::cudnn, NotImplemented, op,
+                        "cuDNN drew the forward's dropout mask but has no backward engine for this signature (q ",
+                        q.describe(), ", ", p, "); the composed backward would draw another mask");
         return detail::attention_backward_composed(q, k, v, o, dout, stats, g);
       }),
       q, k, v, o, dout, stats);
@@ -229,21 +261,24 @@ template <class T>
 void scaled_dot_product_attention_backward_into(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                                 const Tensor<T>& o, const Tensor<T>& dout,
                                                 const Tensor<AttentionStats<T>>& stats, const AttentionParams& p,
-                                                const AttentionLengths& lens, AttentionBackward<T>& into) {
+                                                const AttentionLengths& lens, DropoutMask mask,
+                                                AttentionBackward<T>& into) {
   constexpr std::string_view op = "scaled_dot_product_attention_backward";
+  const profile::OpScope timed(op, q.device());  // it reaches cuDNN without dispatch
   check::shape(op, into.dq, q.shape(), "into.dq");
   check::shape(op, into.dk, k.shape(), "into.dk");
   check::shape(op, into.dv, v.shape(), "into.dv");
   (void)check::same_device(op, q, into.dq, into.dk, into.dv);
 #ifdef CUTRAIN_WITH_CUDA
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
-    if (q.device().is_cuda() && !lens.any() && detail::attention_suits(into.dq) && detail::attention_suits(into.dk) &&
-        detail::attention_suits(into.dv)) {
+    if (q.device().is_cuda() && !lens.any() && mask != DropoutMask::cutrain && detail::attention_suits(into.dq) &&
+        detail::attention_suits(into.dk) && detail::attention_suits(into.dv)) {
       const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
       check::shape(op, o, Shape{g.B, g.H, g.Sq, g.Dv}, "o");
       check::shape(op, dout, Shape{g.B, g.H, g.Sq, g.Dv}, "dout");
       check::shape(op, stats, Shape{g.B, g.H, g.Sq}, "stats");
       (void)check::same_device(op, q, k, v, o, dout, stats);
+      detail::attention_check_mask(op, g, mask, q.device());
       const Tensor<std::int32_t> seed = detail::attention_seed_offset(op, g, q.device());
       if (cuda::cudnn::attention_backward(detail::attention_operand(q), detail::attention_operand(k),
                                           detail::attention_operand(v), detail::attention_operand(o),
@@ -258,7 +293,7 @@ void scaled_dot_product_attention_backward_into(const Tensor<T>& q, const Tensor
     }
   }
 #endif
-  AttentionBackward<T> r = scaled_dot_product_attention_backward(q, k, v, o, dout, stats, p, lens);
+  AttentionBackward<T> r = scaled_dot_product_attention_backward(q, k, v, o, dout, stats, p, lens, mask);
   into.dq.copy_from(r.dq);
   into.dk.copy_from(r.dk);
   into.dv.copy_from(r.dv);

@@ -23,11 +23,13 @@ template <class T>
 struct AttentionFn final : Node<T> {
   AttentionParams params;
   AttentionLengths lengths;
+  DropoutMask mask = DropoutMask::none;
   Tensor<T> q, k, v, o;
   Tensor<AttentionStats<T>> stats;
   std::string_view name() const override { return "scaled_dot_product_attention"; }
   std::vector<Tensor<T>> backward(const Tensor<T>& dout) override {
-    AttentionBackward<T> r = ops::scaled_dot_product_attention_backward(q, k, v, o, dout, stats, params, lengths);
+    AttentionBackward<T> r =
+        ops::scaled_dot_product_attention_backward(q, k, v, o, dout, stats, params, lengths, mask);
     std::vector<Tensor<T>> g(3);
     if (this->needs_grad(0)) g[0] = std::move(r.dq);
     if (this->needs_grad(1)) g[1] = std::move(r.dk);
@@ -47,6 +49,7 @@ Var<T> scaled_dot_product_attention(const Var<T>& q, const Var<T>& k, const Var<
   AttentionForward<T, AttentionStats<T>> r =
       ops::scaled_dot_product_attention_forward(q.value(), k.value(), v.value(), p, lengths);
   fn->params = p;
+  fn->mask = r.mask;
   fn->lengths = lengths.view();
   fn->save(fn->q, q.value(), "q");
   fn->save(fn->k, k.value(), "k");
@@ -67,6 +70,7 @@ Tensor<T> qkv_part(const Tensor<T>& qkv, int i) {
 template <class T>
 struct QkvAttentionFn final : Node<T> {
   AttentionParams params;
+  DropoutMask mask = DropoutMask::none;
   Tensor<T> qkv, o;
   Tensor<AttentionStats<T>> stats;
   std::string_view name() const override { return "qkv_attention"; }
@@ -75,7 +79,7 @@ struct QkvAttentionFn final : Node<T> {
     Tensor<T> dqkv(qkv.shape(), {.device = qkv.device()});
     AttentionBackward<T> into{detail::qkv_part(dqkv, 0), detail::qkv_part(dqkv, 1), detail::qkv_part(dqkv, 2)};
     ops::scaled_dot_product_attention_backward_into(detail::qkv_part(qkv, 0), detail::qkv_part(qkv, 1),
-                                                    detail::qkv_part(qkv, 2), o, dout, stats, params, {}, into);
+                                                    detail::qkv_part(qkv, 2), o, dout, stats, params, {}, mask, into);
     std::vector<Tensor<T>> g;
     g.push_back(std::move(dqkv));
     return g;
@@ -99,6 +103,7 @@ Var<T> qkv_attention(const Var<T>& qkv, const AttentionParams& p = {}) {
   AttentionForward<T, AttentionStats<T>> r = ops::scaled_dot_product_attention_forward(
       detail::qkv_part(x, 0), detail::qkv_part(x, 1), detail::qkv_part(x, 2), p);
   fn->params = p;
+  fn->mask = r.mask;
   fn->save(fn->qkv, x, "qkv");
   fn->save(fn->o, r.o, "o");
   fn->stats = std::move(r.stats);

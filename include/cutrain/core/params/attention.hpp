@@ -50,10 +50,16 @@ struct AttentionLengths {
 // o: [B, H, Sq, Dv]; stats: [B, H, Sq], the log-sum-exp of each query row's scaled, masked
 // scores (natural log), which the backward uses to rebuild the softmax. S is T on the CPU and
 // float on the GPU. A padded row's statistic is unspecified.
+// Which generator drew a forward's dropout mask: cutrain's (uniform_at: the CPU and the GPU's
+// composed path) or cuDNN's Philox. The backward must draw the mask again with the same one, so
+// with dropout it takes the forward's `mask` and refuses a path that would draw another.
+enum class DropoutMask { none, cutrain, cudnn };
+
 template <class T, class S = T>
 struct AttentionForward {
   Tensor<T> o;
   Tensor<S> stats;
+  DropoutMask mask = DropoutMask::none;
 };
 
 // The statistics' element type: f64 for f64 inputs (the CPU), else f32.

@@ -61,7 +61,7 @@ inline autotune::Planner attention_planner(int dev, bool padded) {
 }  // namespace detail
 
 // o and stats of softmax(scale q kᵀ, masked) v, with dropout on the probabilities where
-// dropout > 0 (Philox seeded by seed_offset's two int32 values on the device: seed, offset;
+// dropout > 0 (Philox seeded by seed_offset, int32 on the device: the seed at [0], the offset at [4];
 // rng_dump, if given, receives the keep mask [B, H, Sq, Skv] in f32: the tests' window on it).
 // False: no engine (nothing ran).
 template <GpuFloat T>
@@ -122,7 +122,7 @@ template <GpuFloat T>
   if (!bg) return ++kernel_fallbacks(), false;
   std::vector<const void*> ptrs{q.data(), k.data(), v.data(), o.data(), stats.data()};
   if (padded) ptrs.insert(ptrs.end(), {q_len.data(), kv_len.data()});
-  if (dropout > 0) ptrs.insert(ptrs.end(), {seed_offset.data(), seed_offset.data() + 1});
+  if (dropout > 0) ptrs.insert(ptrs.end(), {seed_offset.data(), seed_offset.data() + 4});
   if (rng_dump) ptrs.push_back(rng_dump->data());
   execute(*bg, dev, ptrs, op);
   return true;
@@ -193,7 +193,7 @@ template <GpuFloat T>
   std::vector<const void*> ptrs{q.data(),    k.data(),     v.data(),  o.data(), dout.data(),
                                 stats.data(), dq.data(), dk.data(), dv.data()};
   if (padded) ptrs.insert(ptrs.end(), {q_len.data(), kv_len.data()});
-  if (dropout > 0) ptrs.insert(ptrs.end(), {seed_offset.data(), seed_offset.data() + 1});
+  if (dropout > 0) ptrs.insert(ptrs.end(), {seed_offset.data(), seed_offset.data() + 4});
   execute(*bg, dev, ptrs, op);
   return true;
 }
