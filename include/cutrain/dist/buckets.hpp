@@ -46,17 +46,7 @@ struct Bucket {
   std::size_t bytes() const;
 };
 
-inline std::size_t dtype_bytes(DType d) {
-  switch (d) {
-    case DType::f64: return 8;
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
-    case DType::u8: return 1;
-  }
-  return 0;
-}
-
-inline std::size_t Bucket::bytes() const { return static_cast<std::size_t>(numel) * dtype_bytes(dtype); }
+inline std::size_t Bucket::bytes() const { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
 
 inline std::vector<Bucket> assign_buckets(const std::vector<ParamSpec>& params, const BucketOptions& opts = {}) {
   static constexpr const char* op = "dist::assign_buckets";
@@ -71,7 +61,7 @@ inline std::vector<Bucket> assign_buckets(const std::vector<ParamSpec>& params, 
   for (std::size_t k = params.size(); k-- > 0;) {
     const auto& p = params[k];
     CUTRAIN_REQUIRE(p.numel >= 0, InvalidArgument, op, "parameter ", k, " has numel ", p.numel);
-    const auto esize = dtype_bytes(p.dtype);
+    const auto esize = dtype_size(p.dtype);
     auto it = open.find(p.dtype);
     if (it != open.end()) {
       const auto& b = out[it->second];
