@@ -8,7 +8,10 @@
 //  - max pool 2x2 forward and backward (NVRTC kernels) on the same shapes, in GB/s;
 //  - the general ops of a transformer, bf16, through ops:: (outputs allocated per call, as
 //    PyTorch's are): batched matmuls Q K^T (K a transposed view) and P V, softmax along the last
-//    axis and along axis 1, a broadcast add, layer norm, an embedding lookup (index_select).
+//    axis and along axis 1, a broadcast add, layer norm, an embedding lookup (index_select);
+//  - the fusions of docs/fusion.md (ops::Fusion, bf16) against the same graph as separate
+//    cutrain ops (ops::fusion_unfused): conv + bias + residual + relu, matmul + bias + gelu,
+//    scale + shift + relu.
 // Timing as in docs/performance.md (method): CUDA events around 10 back-to-back calls, median of 30 after
 // warm-up, same buffers.
 //   build/bench/bench_ops_gpu --benchmark_out=ops.json --benchmark_out_format=json
@@ -19,6 +22,7 @@
 #include <cutrain/ops/batch_norm.hpp>
 #include <cutrain/cuda/kernels/pool2d.hpp>
 #include <cutrain/ops/broadcast.hpp>
+#include <cutrain/ops/fusion.hpp>
 #include <cutrain/ops/index.hpp>
 #include <cutrain/ops/layer_norm.hpp>
 #include <cutrain/ops/matmul.hpp>
@@ -256,6 +260,47 @@ void run_general(benchmark::State& state, General what) {
   state.counters["median_ms"] = ms;
 }
 
+enum class Fused { residual_block, matmul_bias_gelu, scale_shift_relu };
+
+// One fusion of docs/fusion.md in bf16, one cuDNN graph (fused) or cutrain's separate ops.
+void run_fusion(benchmark::State& state, Fused what, bool fused) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  Rng rng(9);
+  const Device dev = Device::cuda(0);
+  const auto rand = [&](const Shape& s, Layout l = Layout::row_major) {
+    return cast<bfloat16>(Tensor<float>::uniform(s, rng, -1, 1, {.layout = l})).to(dev);
+  };
+  fusion::Graph g;
+  std::vector<Tensor<bfloat16>> in;
+  const auto set = [&](auto&&... t) { (in.push_back(std::move(t)), ...); };
+  if (what == Fused::residual_block) {
+    auto x = g.input("x"), w = g.input("w"), b = g.input("bias"), r = g.input("residual");
+    g.output(g.relu(g.add(g.add(g.conv2d(x, w, {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1}), b), r)), "y");
+    set(rand({32, 64, 56, 56}, Layout::nhwc), rand({64, 64, 3, 3}, Layout::nhwc), rand({1, 64, 1, 1}),
+        rand({32, 64, 56, 56}, Layout::nhwc));
+  } else if (what == Fused::matmul_bias_gelu) {
+    auto a = g.input("a"), w = g.input("w"), b = g.input("bias");
+    g.output(g.gelu(g.add(g.matmul(a, w), b)), "y");
+    set(rand({8, 1024, 768}), rand({768, 3072}), rand({3072}));
+  } else {
+    auto x = g.input("x"), s = g.input("scale"), t = g.input("shift");
+    g.output(g.relu(g.add(g.mul(x, s), t)), "y");
+    set(rand({32, 64, 56, 56}, Layout::nhwc), rand({1, 64, 1, 1}), rand({1, 64, 1, 1}));
+  }
+  const ops::Fusion f(std::move(g));
+  double ms = 0;
+  for (auto _ : state) {
+    ms = fused ? median_ms([&] { benchmark::DoNotOptimize(f(in)); })
+               : median_ms([&] { benchmark::DoNotOptimize(ops::fusion_unfused(f.graph(), std::span<const Tensor<bfloat16>>(in))); });
+    state.SetIterationTime(ms / 1e3);
+  }
+  cuda::synchronize("bench_ops_gpu");
+  state.counters["median_ms"] = ms;
+}
+
 const int registered = [] {
   static const auto shapes = load_shapes();
   for (const auto& s : shapes)
@@ -301,6 +346,13 @@ const int registered = [] {
     benchmark::RegisterBenchmark((std::string("bf16_general/") + name).c_str(),
                                  [what = what](benchmark::State& st) { run_general(st, what); })
         ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  for (auto [what, name] : {std::pair{Fused::residual_block, "conv_bias_add_relu_32x64x56x56_k64_3x3"},
+                            {Fused::matmul_bias_gelu, "matmul_bias_gelu_8x1024x768_3072"},
+                            {Fused::scale_shift_relu, "scale_shift_relu_32x64x56x56"}})
+    for (bool fused : {true, false})
+      benchmark::RegisterBenchmark((std::string("bf16_fusion/") + name + (fused ? "/fused" : "/unfused")).c_str(),
+                                   [what = what, fused](benchmark::State& st) { run_fusion(st, what, fused); })
+          ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   return 0;
 }();
 

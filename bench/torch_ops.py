@@ -133,24 +133,50 @@ def run_general():
     return res
 
 
+def run_fusion():
+    # the fusions of docs/fusion.md as a PyTorch user writes them (eager ops, bf16), under the names
+    # of bench_ops_gpu's bf16_fusion rows: PyTorch's time is the one to compare both cutrain rows with
+    res = {}
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    r = lambda *s: torch.rand(*s, **bf).mul_(2).sub_(1)
+    cl = torch.channels_last
+    x, w, b, res_in = r(32, 64, 56, 56).to(memory_format=cl), r(64, 64, 3, 3).to(memory_format=cl), r(64), \
+        r(32, 64, 56, 56).to(memory_format=cl)
+    F = torch.nn.functional
+    block = lambda: F.relu(F.conv2d(x, w, b, padding=1) + res_in)
+    a, wm, bm = r(8, 1024, 768), r(768, 3072), r(3072)
+    mlp = lambda: F.gelu(torch.matmul(a, wm) + bm)
+    xs, sc, sh = r(32, 64, 56, 56).to(memory_format=cl), r(1, 64, 1, 1), r(1, 64, 1, 1)
+    norm = lambda: F.relu(xs * sc + sh)
+    for name, fn in [("conv_bias_add_relu_32x64x56x56_k64_3x3", block), ("matmul_bias_gelu_8x1024x768_3072", mlp),
+                     ("scale_shift_relu_32x64x56x56", norm)]:
+        t = median_ms(fn)
+        res[f"bf16_fusion/{name}/fused"] = t
+        res[f"bf16_fusion/{name}/unfused"] = t
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cutrain")
     ap.add_argument("--tuned")
     ap.add_argument("--out")
     ap.add_argument("--no-heuristic", action="store_true", help="leave the benchmark-off conv rows out")
+    ap.add_argument("--only-fusion", action="store_true", help="time the bf16_fusion rows alone")
     ap.add_argument("--heuristic-out", help=argparse.SUPPRESS)  # the child process of heuristic_ms()
     args = ap.parse_args()
     if args.heuristic_out:
         torch.backends.cudnn.benchmark = False
         json.dump(run_convs(), open(args.heuristic_out, "w"))
         return
-    heur = {} if args.no_heuristic else heuristic_ms()
+    heur = {} if args.no_heuristic or args.only_fusion else heuristic_ms()
     torch.backends.cudnn.benchmark = True
     torch_ms = {}
-    torch_ms.update(run_convs())
-    torch_ms.update(run_extra())
-    torch_ms.update(run_general())
+    if not args.only_fusion:
+        torch_ms.update(run_convs())
+        torch_ms.update(run_extra())
+        torch_ms.update(run_general())
+    torch_ms.update(run_fusion())
     if args.out:
         json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "ms": torch_ms,
                    "ms_benchmark_off": heur}, open(args.out, "w"), indent=1)

@@ -26,6 +26,7 @@
 #include "cutrain/ops/dropout.hpp"
 #include "cutrain/ops/elementwise.hpp"
 #include "cutrain/ops/flatten.hpp"
+#include "cutrain/ops/fusion.hpp"
 #include "cutrain/ops/index.hpp"
 #include "cutrain/ops/layer_norm.hpp"
 #include "cutrain/ops/linear.hpp"

@@ -4,6 +4,8 @@
 
 #include "cutrain/ops/activation.hpp"
 
+namespace cutrain_test_activation {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -54,3 +56,5 @@ TEST_CASE("activation: bad input") {
   auto h = Tensor<half>::zeros({2});
   CUTRAIN_REQUIRE_THROWS_OP(ops::activation_forward(h, {}), NotImplemented, "activation_forward");
 }
+
+}  // namespace cutrain_test_activation

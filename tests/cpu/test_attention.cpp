@@ -19,6 +19,8 @@
 #include "cutrain/ops/shape_ops.hpp"
 #include "cutrain/ops/softmax.hpp"
 
+namespace cutrain_test_attention {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -313,3 +315,5 @@ TEST_CASE("qkv_attention equals attention of the three slices", "[attention]") {
   CUTRAIN_REQUIRE_THROWS_OP(autograd::qkv_attention(Var<double>(Tensor<double>::zeros({2, 5, 2, 3, 4}))),
                             InvalidArgument, "autograd::qkv_attention");
 }
+
+}  // namespace cutrain_test_attention

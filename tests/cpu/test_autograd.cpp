@@ -9,6 +9,8 @@
 
 #include "cutrain/nn.hpp"
 
+namespace cutrain_test_autograd {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -282,3 +284,5 @@ TEST_CASE("autograd: undefined Var and shapes are reported", "[autograd]") {
   Var<double> y = autograd::scale(a, 2.0);
   CUTRAIN_REQUIRE_THROWS_OP(y.set_requires_grad(false), InvalidArgument, "set_requires_grad");
 }
+
+}  // namespace cutrain_test_autograd

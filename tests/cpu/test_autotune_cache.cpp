@@ -27,6 +27,8 @@
 #include "cutrain/core/json.hpp"
 #include "cutrain/cuda/autotune/cache.hpp"
 
+namespace cutrain_test_autotune_cache {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::cuda::autotune;
 using namespace std::string_literals;
@@ -809,3 +811,5 @@ TEST_CASE("autotune: default_path follows CUTRAIN_AUTOTUNE_CACHE, XDG_CACHE_HOME
 TEST_CASE("autotune: global_cache is one cache for the process", "[autotune]") {
   CHECK(&global_cache() == &global_cache());  // nothing is read or written until it is used
 }
+
+}  // namespace cutrain_test_autotune_cache

@@ -20,6 +20,8 @@
 #include "cutrain/data/loader.hpp"
 #include "temp_dir.hpp"
 
+namespace cutrain_test_bad_input_core {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using cutrain::test::bad;
 using cutrain::test::BadCase;
@@ -343,3 +345,5 @@ std::size_t bad_input_core_case_count() {
   test::TempDir dir("bad_input_count");
   return tensor_cases().size() + file_cases(dir).size();
 }
+
+}  // namespace cutrain_test_bad_input_core

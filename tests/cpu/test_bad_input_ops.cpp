@@ -19,6 +19,8 @@
 #include "cutrain/optim/optimizer.hpp"
 #include "cutrain/optim/schedule.hpp"
 
+namespace cutrain_test_bad_input_ops {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using cutrain::test::bad;
 using cutrain::test::BadCase;
@@ -530,3 +532,5 @@ TEST_CASE("version counter: only writes to saved tensors before backward are err
   q.backward(ones({3}));
   CHECK(p.grad().to_vector() == std::vector<float>(3, 4.0f));
 }
+
+}  // namespace cutrain_test_bad_input_ops

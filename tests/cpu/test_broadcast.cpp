@@ -13,6 +13,8 @@
 #include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/elementwise.hpp"
 
+namespace cutrain_test_broadcast {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -331,3 +333,5 @@ TEST_CASE("bad input: broadcasting ops") {
                            [&] { (void)autograd::where(u8({4}), Var<float>(z({2})), Var<float>(z({2}))); }),
   });
 }
+
+}  // namespace cutrain_test_broadcast

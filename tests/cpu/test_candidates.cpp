@@ -8,6 +8,8 @@
 
 #include "cutrain/cuda/autotune/candidates.hpp"
 
+namespace cutrain_test_candidates {  // one per file: the unity build compiles files together
+
 using cutrain::cuda::autotune::CandidateOrder;
 using Order = std::vector<std::int64_t>;
 
@@ -85,3 +87,5 @@ TEST_CASE("candidate order: mode B with no room adds its new configs last only")
   CHECK(c.order() == Order{0, 1, 2});
   CHECK(walk(c, 10) == Order{1, 2});
 }
+
+}  // namespace cutrain_test_candidates

@@ -23,6 +23,8 @@
 #include "cutrain/optim/sgd.hpp"
 #include "temp_dir.hpp"
 
+namespace cutrain_test_checkpoint {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using cutrain::test::make_batch;
 using autograd::Var;
@@ -522,3 +524,5 @@ TEST_CASE("checkpoint: load_state refuses mismatched optimizers and changes noth
   CHECK_FALSE(sgd.momentum_buffer(0).defined());
   CHECK(sgd.lr() == 0.7);
 }
+
+}  // namespace cutrain_test_checkpoint

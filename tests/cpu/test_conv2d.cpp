@@ -6,6 +6,8 @@
 
 #include "cutrain/ops/conv2d.hpp"
 
+namespace cutrain_test_conv2d {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -419,3 +421,5 @@ TEST_CASE("conv2d_backward_data_activation: equals activation_backward(conv2d_ba
   CUTRAIN_REQUIRE_THROWS_OP(ops::conv2d_backward_data_activation(bad_dy, w, act_x, {}, Conv2dParams{}), InvalidArgument,
                             "conv2d_backward_data_activation");
 }
+
+}  // namespace cutrain_test_conv2d

@@ -8,6 +8,8 @@
 
 #include "cutrain/nn.hpp"
 
+namespace cutrain_test_conv_extra {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -345,3 +347,5 @@ TEST_CASE("conv_transpose2d: bad input") {
   CHECK(ops::conv_transpose2d_backward_data(y, w, x.shape(), p).shape() == x.shape());
   CHECK(ops::conv_transpose2d_backward_filter(y, x, w.shape(), p).shape() == w.shape());
 }
+
+}  // namespace cutrain_test_conv_extra

@@ -28,6 +28,8 @@
 #include "cutrain/dist/env.hpp"
 #include "cutrain/dist/store.hpp"
 
+namespace cutrain_test_dist {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace std::chrono_literals;
 using test::bad;
@@ -501,3 +503,5 @@ TEST_CASE("loader sharding: bad rank and world size", "[dist][data][bad_input]")
                            [&] { data::Loader<float> l(ds, {.rank = 0, .world_size = 5}); }),
   });
 }
+
+}  // namespace cutrain_test_dist

@@ -6,6 +6,8 @@
 
 #include "cutrain/core/dtype.hpp"
 
+namespace cutrain_test_dtype {  // one per file: the unity build compiles files together
+
 using cutrain::bfloat16;
 using cutrain::half;
 
@@ -57,3 +59,5 @@ TEST_CASE("dtype: bf16 from f32 rounds to nearest even, known bit patterns") {
   CHECK(std::isnan(static_cast<float>(bfloat16(std::nanf("")))));
   CHECK(static_cast<float>(bfloat16::from_bits(0x4049)) == 3.140625f);
 }
+
+}  // namespace cutrain_test_dtype

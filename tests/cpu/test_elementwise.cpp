@@ -8,6 +8,8 @@
 #include "cutrain/ops/elementwise.hpp"
 #include "cutrain/ops/flatten.hpp"
 
+namespace cutrain_test_elementwise {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -288,3 +290,5 @@ TEST_CASE("flatten: bad input") {
   CUTRAIN_REQUIRE_THROWS_OP(ops::flatten_backward(dy, x.shape(), Layout::strided), InvalidArgument,
                             "flatten_backward");
 }
+
+}  // namespace cutrain_test_elementwise

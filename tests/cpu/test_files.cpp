@@ -12,6 +12,8 @@
 
 #include "cutrain/core/files.hpp"
 
+namespace cutrain_test_files {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using Catch::Matchers::Contains;
 using cutrain::test::ScopedEnv;
@@ -88,3 +90,5 @@ TEST_CASE("files: a failed write is a FileError naming the path and the reason",
   CHECK_THROWS_WITH(files::write_atomically(dir / "sub", "x"), Contains("cannot rename the temp file over it"));
   CHECK(dir.entries() == std::set<std::string>{"sub"});
 }
+
+}  // namespace cutrain_test_files

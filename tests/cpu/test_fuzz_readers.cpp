@@ -28,6 +28,8 @@
 #include "cutrain/data/idx.hpp"
 #include "temp_dir.hpp"
 
+namespace cutrain_test_fuzz_readers {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using Bytes = std::vector<unsigned char>;
 
@@ -330,3 +332,5 @@ TEST_CASE("fuzz: the autotune cache reader and json::parse survive mutated files
   CHECK(refused > 0);
   CHECK(warned > 0);
 }
+
+}  // namespace cutrain_test_fuzz_readers

@@ -8,6 +8,8 @@
 
 #include "cutrain/data/idx.hpp"
 
+namespace cutrain_test_idx {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 
 namespace {
@@ -93,3 +95,5 @@ TEST_CASE("idx: the Fashion-MNIST test split") {
   for (std::int64_t i = 0; i < ds.size(); ++i) ++count[static_cast<std::size_t>(ds.labels.data()[i])];
   for (int c : count) CHECK(c == 1000);  // the test split is balanced
 }
+
+}  // namespace cutrain_test_idx

@@ -11,6 +11,8 @@
 #include "cutrain/nn/layer_norm.hpp"
 #include "cutrain/ops/layer_norm.hpp"
 
+namespace cutrain_test_layer_norm_axes {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -148,3 +150,5 @@ TEST_CASE("layer_norm trailing dims: bad shapes name the op and both shapes") {
                                                 Tensor<double>::zeros({4})); },
             {"layer_norm_forward", "no elements"});
 }
+
+}  // namespace cutrain_test_layer_norm_axes

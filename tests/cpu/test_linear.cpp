@@ -4,6 +4,8 @@
 
 #include "cutrain/ops/linear.hpp"
 
+namespace cutrain_test_linear {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -122,3 +124,5 @@ TEST_CASE("linear: bad input") {
   CUTRAIN_REQUIRE_THROWS_OP(ops::linear_forward(xh, wh), NotImplemented, fwd);
   CUTRAIN_REQUIRE_THROWS_OP(ops::linear_backward(xh, wh, dyh), NotImplemented, bwd);
 }
+
+}  // namespace cutrain_test_linear

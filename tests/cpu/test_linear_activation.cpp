@@ -5,6 +5,8 @@
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/linear.hpp"
 
+namespace cutrain_test_linear_activation {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -85,3 +87,5 @@ TEST_CASE("linear_activation_forward: bad input") {
   auto xh = Tensor<half>::zeros({3, 4}), wh = Tensor<half>::zeros({2, 4});
   CUTRAIN_REQUIRE_THROWS_OP(ops::linear_activation_forward(xh, wh, Tensor<half>{}, relu), NotImplemented, op);
 }
+
+}  // namespace cutrain_test_linear_activation

@@ -10,6 +10,8 @@
 
 #include "cutrain/data/loader.hpp"
 
+namespace cutrain_test_loader {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using data::Loader;
 using data::LoaderOptions;
@@ -225,3 +227,5 @@ TEST_CASE("loader: bad options and datasets are clear errors", "[data]") {
     CHECK_THROWS_WITH(Loader(ds, {.batch = 2, .device = Device::cuda(0)}), Catch::Contains("CUDA"));
   }
 }
+
+}  // namespace cutrain_test_loader

@@ -16,6 +16,8 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/ops/matmul.hpp"
 
+namespace cutrain_test_matmul {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -255,3 +257,5 @@ TEST_CASE("bad input: matmul and gemm", "[matmul][bad_input]") {
   CUTRAIN_REQUIRE_THROWS_OP(ops::matmul(Tensor<half>::zeros({2, 2}), Tensor<half>::zeros({2, 2})), NotImplemented,
                             "matmul");
 }
+
+}  // namespace cutrain_test_matmul

@@ -12,6 +12,8 @@
 
 #include "cutrain/nn.hpp"
 
+namespace cutrain_test_mixed_precision {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -186,3 +188,5 @@ TEST_CASE("optim::GradScaler: scaled seed, unscale, skip, backoff and growth", "
   CUTRAIN_REQUIRE_THROWS_OP(scaler.backward(Var<double>(random(Shape{3}, rng), true)), InvalidArgument,
                             "GradScaler::backward");
 }
+
+}  // namespace cutrain_test_mixed_precision

@@ -9,6 +9,8 @@
 
 #include "cutrain/nn.hpp"
 
+namespace cutrain_test_nn_optim {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -334,3 +336,5 @@ TEST_CASE("optim: AdamW parameter groups decay by their own weight_decay", "[opt
   CHECK(b1.value().to_vector() == b2.value().to_vector());
   CHECK_THROWS_AS(optim::AdamW<double>({{{a1}, -1.0}}, {}), InvalidArgument);
 }
+
+}  // namespace cutrain_test_nn_optim

@@ -10,6 +10,8 @@
 #include "cutrain/ops/batch_norm.hpp"
 #include "cutrain/ops/layer_norm.hpp"
 
+namespace cutrain_test_norm {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -429,3 +431,5 @@ TEST_CASE("layer_norm_backward: bad input") {
   auto hc = Tensor<half>::zeros({3}), hn = Tensor<half>::zeros({2});
   CUTRAIN_REQUIRE_THROWS_OP(ops::layer_norm_backward(h, h, hc, hn, hn), NotImplemented, op);
 }
+
+}  // namespace cutrain_test_norm

@@ -18,6 +18,8 @@
 #include "cutrain/nn.hpp"
 #include "temp_dir.hpp"
 
+namespace cutrain_test_onnx_export {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 namespace proto = cutrain::deploy::proto;
 using cutrain::test::bad;
@@ -330,3 +332,5 @@ TEST_CASE("export_onnx: bad input", "[onnx][bad_input]") {
   });
   CHECK(!std::filesystem::exists(file));
 }
+
+}  // namespace cutrain_test_onnx_export

@@ -7,6 +7,8 @@
 
 #include "cutrain/ops/pool2d.hpp"
 
+namespace cutrain_test_pool2d {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -291,3 +293,5 @@ TEST_CASE("pool2d: bad input") {
   CUTRAIN_REQUIRE_THROWS_OP(ops::global_avg_pool_backward(Tensor<half>::zeros({1, 2, 1, 1}), x.shape()),
                             NotImplemented, "global_avg_pool_backward");
 }
+
+}  // namespace cutrain_test_pool2d

@@ -10,6 +10,8 @@
 
 #include "cutrain/ops/pool2d.hpp"
 
+namespace cutrain_test_pool2d_dilation {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -160,3 +162,5 @@ TEST_CASE("pool2d dilation and padding: bad parameters name the op, the shapes a
   CUTRAIN_REQUIRE_THROWS_OP(ops::pool2d_backward(x, x, x, with(Pool2dParams::max(2), 1, 0)), InvalidArgument,
                             "pool2d_backward");
 }
+
+}  // namespace cutrain_test_pool2d_dilation

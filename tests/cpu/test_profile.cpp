@@ -16,6 +16,8 @@
 #include "cutrain/ops/matmul.hpp"
 #include "cutrain/optim/adamw.hpp"
 
+namespace cutrain_test_profile {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -151,3 +153,5 @@ TEST_CASE("bad input: profile", "[profile][bad_input]") {
   again.stop();
   CHECK(again.records().empty());
 }
+
+}  // namespace cutrain_test_profile

@@ -11,6 +11,8 @@
 #include "cutrain/autograd/functions/reduce.hpp"
 #include "cutrain/ops/reduce.hpp"
 
+namespace cutrain_test_reduce {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -299,3 +301,5 @@ TEST_CASE("reduce: bad input names the op and the shape", "[reduce][bad_input]")
   // f16 on the CPU: not an element type the CPU computes in.
   CUTRAIN_REQUIRE_THROWS_OP(ops::sum(Tensor<half>({2})), NotImplemented, "cutrain::sum");
 }
+
+}  // namespace cutrain_test_reduce

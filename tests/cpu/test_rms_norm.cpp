@@ -16,6 +16,8 @@
 #include "cutrain/nn/rms_norm.hpp"
 #include "cutrain/ops/rms_norm.hpp"
 
+namespace cutrain_test_rms_norm {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -232,3 +234,5 @@ TEST_CASE("rms_norm: bad input names the op and the shapes") {
       }),
   });
 }
+
+}  // namespace cutrain_test_rms_norm

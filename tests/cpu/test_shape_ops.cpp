@@ -15,6 +15,8 @@
 #include "cutrain/ops/index.hpp"
 #include "cutrain/ops/shape_ops.hpp"
 
+namespace cutrain_test_shape_ops {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -272,3 +274,5 @@ TEST_CASE("docs example: an embedding lookup, split and joined again", "[shape_o
   CHECK(g(0, 0) == 0);
   CHECK(g(998, 5) == 0);
 }
+
+}  // namespace cutrain_test_shape_ops

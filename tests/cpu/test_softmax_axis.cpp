@@ -10,6 +10,8 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/ops/softmax.hpp"
 
+namespace cutrain_test_softmax_axis {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -135,3 +137,5 @@ TEST_CASE("softmax axis: bad axes name the op, the axis and the shape") {
   // an empty non-softmax dim is fine: no rows
   CHECK(ops::softmax_forward(Tensor<double>::zeros({0, 4}), 1).shape() == Shape{0, 4});
 }
+
+}  // namespace cutrain_test_softmax_axis

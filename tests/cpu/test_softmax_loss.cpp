@@ -7,6 +7,8 @@
 #include "cutrain/ops/cross_entropy.hpp"
 #include "cutrain/ops/softmax.hpp"
 
+namespace cutrain_test_softmax_loss {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -233,3 +235,5 @@ TEST_CASE("cross_entropy: bad input") {
   CUTRAIN_REQUIRE_THROWS_OP(ops::cross_entropy_forward(h, labels, {}), NotImplemented, fwd);
   CUTRAIN_REQUIRE_THROWS_OP(ops::cross_entropy_backward(h, labels, half(1.0f), {}), NotImplemented, bwd);
 }
+
+}  // namespace cutrain_test_softmax_loss

@@ -3,6 +3,8 @@
 
 #include "cutrain/core/tensor.hpp"
 
+namespace cutrain_test_tensor {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using cutrain::test::random;
 
@@ -71,3 +73,5 @@ TEST_CASE("tensor: cuda tensors without CUDA throw DeviceError") {
     WARN("built with CUDA: the no-CUDA path is not exercised by this binary");
   }
 }
+
+}  // namespace cutrain_test_tensor

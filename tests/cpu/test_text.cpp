@@ -14,6 +14,8 @@
 #include "cutrain/data/text.hpp"
 #include "temp_dir.hpp"
 
+namespace cutrain_test_text {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using data::CharCorpus;
 using data::Split;
@@ -230,3 +232,5 @@ TEST_CASE("text: the fortunes corpus, when one is given") {
   CHECK(ev.size() == 50);
   CHECK(ev.back().offsets.back() == c.size(Split::val) - 257);
 }
+
+}  // namespace cutrain_test_text

@@ -15,6 +15,8 @@
 #include "cutrain/ops/softmax.hpp"
 #include "cutrain/optim/adamw.hpp"
 
+namespace cutrain_test_transformer {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -160,3 +162,5 @@ TEST_CASE("bad input: transformer modules", "[transformer][bad_input]") {
                            [] { nn::MultiheadAttention<double>({.dim = 8, .heads = 2, .dropout = 1}); }),
   });
 }
+
+}  // namespace cutrain_test_transformer

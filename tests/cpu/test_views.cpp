@@ -12,6 +12,8 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/ops/sum_to.hpp"
 
+namespace cutrain_test_views {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -381,3 +383,5 @@ TEST_CASE("views: bad input throws InvalidArgument naming the op and the shapes"
   CUTRAIN_REQUIRE_THROWS_OP(autograd::expand(Var<double>{}, {1}), InvalidArgument, "expand");
   CUTRAIN_REQUIRE_THROWS_OP(autograd::slice(Var<double>(Tensor<double>::zeros({2})), 1, 0), InvalidArgument, "slice");
 }
+
+}  // namespace cutrain_test_views

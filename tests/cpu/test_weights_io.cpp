@@ -17,6 +17,8 @@
 #include "cutrain/nn.hpp"
 #include "temp_dir.hpp"
 
+namespace cutrain_test_weights_io {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 namespace fs = std::filesystem;
 using cutrain::test::bad;
@@ -432,3 +434,5 @@ TEST_CASE("weights: name-map and dtype errors name the entry", "[weights][bad_in
                            [] { nn::NameMap().add("a", "x").add("a", "y"); }),
   });
 }
+
+}  // namespace cutrain_test_weights_io

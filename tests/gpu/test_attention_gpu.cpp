@@ -18,6 +18,8 @@
 #include "cutrain/cuda/cuda_graph.hpp"
 #include "cutrain/ops/attention.hpp"
 
+namespace cutrain_test_attention_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace autotune = cutrain::cuda::autotune;
@@ -198,3 +200,5 @@ TEST_CASE("gpu attention: dropout inside a CUDA-graph capture is refused", "[gpu
   const auto ref = ops::scaled_dot_product_attention_forward(q, q, q, {.causal = true});
   check_close("captured o", r.o, cast<double>(ref.o.to(Device::cpu())), tolerance<bfloat16>);
 }
+
+}  // namespace cutrain_test_attention_gpu

@@ -37,6 +37,8 @@
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/linear.hpp"
 
+namespace cutrain_test_autotune_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace autotune = cutrain::cuda::autotune;
@@ -745,3 +747,5 @@ TEST_CASE("gpu autotune: engine configs with knob types only cuDNN's backend nam
   CHECK(replayed);
   CHECK(autotune::stats().ops_tuned.load() == tuned_before);
 }
+
+}  // namespace cutrain_test_autotune_gpu

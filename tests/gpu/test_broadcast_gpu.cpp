@@ -14,6 +14,8 @@
 #include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/elementwise.hpp"
 
+namespace cutrain_test_broadcast_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace kernels = cutrain::cuda::kernels;
@@ -263,3 +265,5 @@ TEST_CASE("gpu broadcast: errors name the op", "[gpu][broadcast]") {
   CHECK_THROWS_AS(ops::sub(a, Tensor<float>::zeros({3})), DeviceError);
   CHECK_THROWS_AS(ops::where(Tensor<std::uint8_t>::zeros({3}), a, a), DeviceError);
 }
+
+}  // namespace cutrain_test_broadcast_gpu

@@ -9,6 +9,8 @@
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/conv_transpose2d.hpp"
 
+namespace cutrain_test_conv_extra_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -164,3 +166,5 @@ TEST_CASE("gpu autograd conv_transpose2d: gradients match the CPU's") {
   check_close("autograd conv_transpose2d dw", wv.grad(), wc.grad());
   check_close("autograd conv_transpose2d db", bv.grad(), bc.grad());
 }
+
+}  // namespace cutrain_test_conv_extra_gpu

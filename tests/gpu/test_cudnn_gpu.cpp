@@ -12,6 +12,8 @@
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/layer_norm.hpp"
 
+namespace cutrain_test_cudnn_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -384,3 +386,5 @@ TEST_CASE("gpu batch norm and layer norm match the CPU backend") {
   }
   require_all_supported();
 }
+
+}  // namespace cutrain_test_cudnn_gpu

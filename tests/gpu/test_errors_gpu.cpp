@@ -11,6 +11,8 @@
 #include "cutrain/cuda/cudnn/plan_store.hpp"
 #include "scoped_env.hpp"
 
+namespace cutrain_test_errors_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 namespace cd = cutrain::cuda::cudnn;
 namespace fe = cudnn_frontend;
@@ -86,3 +88,5 @@ TEST_CASE("a graph cuDNN has no engine for: a short message, the whole log on re
   }
   cd::clear_graph_cache();
 }
+
+}  // namespace cutrain_test_errors_gpu

@@ -33,6 +33,8 @@
 #include "cutrain/ops/dropout.hpp"
 #include "cutrain/ops/elementwise.hpp"
 
+namespace cutrain_test_kernels_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace kernels = cutrain::cuda::kernels;
@@ -688,3 +690,5 @@ TEST_CASE("gpu: a layout change can be captured in a CUDA graph (no host round t
     CHECK(y.to(Device::cpu()).to_vector() == next.contiguous(Layout::nhwc).to_vector());
   }
 }
+
+}  // namespace cutrain_test_kernels_gpu

@@ -14,6 +14,8 @@
 #include "cutrain/cuda/runtime.hpp"
 #include "cutrain/ops/layer_norm.hpp"
 
+namespace cutrain_test_layer_norm_axes_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -90,3 +92,5 @@ TEST_CASE("gpu layer norm over the trailing 1, 2, 3 dims matches the CPU backend
   Tensor<float> g43({4, 3}, {.device = cuda0});
   CHECK_THROWS_AS(ops::layer_norm_forward(x, g43, g43), InvalidArgument);      // not x's trailing dims
 }
+
+}  // namespace cutrain_test_layer_norm_axes_gpu

@@ -11,6 +11,8 @@
 #include "cutrain/cuda/cublas/linear.hpp"
 #include "cutrain/ops/linear.hpp"
 
+namespace cutrain_test_linear_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -349,3 +351,5 @@ TEST_CASE("gpu linear: what cuBLASLt does not fuse, and bad input, throw errors 
   CHECK_THROWS_AS(cuda::cublas::linear_backward(x, w, dy, true, dx, dw, db_missing), InvalidArgument);
   std::printf("linear errors ok\n");
 }
+
+}  // namespace cutrain_test_linear_gpu

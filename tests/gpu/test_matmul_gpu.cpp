@@ -21,6 +21,8 @@
 #include "cutrain/cuda/math_options.hpp"
 #include "cutrain/ops/matmul.hpp"
 
+namespace cutrain_test_matmul_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -254,3 +256,5 @@ TEST_CASE("gpu matmul: autograd on the device, errors", "[gpu][matmul]") {
       },
       "cutrain::matmul");
 }
+
+}  // namespace cutrain_test_matmul_gpu

@@ -22,6 +22,8 @@
 #include "cutrain/cuda/kernels/pool2d.hpp"
 #include "cutrain/ops/pool2d.hpp"
 
+namespace cutrain_test_pool_dilated_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace kernels = cutrain::cuda::kernels;
@@ -258,3 +260,5 @@ TEST_CASE("gpu dilated pooling: bad input is refused with the op's error") {
   CHECK_THROWS_AS(ops::pool2d_forward(x, empty), InvalidArgument);
   std::printf("%-60s ok\n", "pool2d dilated bad input");
 }
+
+}  // namespace cutrain_test_pool_dilated_gpu

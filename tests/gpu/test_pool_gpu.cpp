@@ -25,6 +25,8 @@
 #include "cutrain/cuda/kernels/pool2d.hpp"
 #include "cutrain/ops/pool2d.hpp"
 
+namespace cutrain_test_pool_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace kernels = cutrain::cuda::kernels;
@@ -449,3 +451,5 @@ TEST_CASE("gpu pooling: bad input is refused with the op's error") {
   CHECK_THROWS_AS(kernels::batch_norm_inference(x, g, g, g, g, 1e-5, yb), InvalidArgument);
   std::printf("%-100s ok\n", "pooling and batch-norm inference bad input");
 }
+
+}  // namespace cutrain_test_pool_gpu

@@ -10,6 +10,8 @@
 #include "cutrain/ops/elementwise.hpp"
 #include "cutrain/ops/matmul.hpp"
 
+namespace cutrain_test_profile_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -44,3 +46,5 @@ TEST_CASE("gpu profile: CUDA events time the ops; captured ops are not recorded"
   CHECK(s.records()[1].ms > s.records()[0].ms);
   CHECK(s.chrome_trace()["traceEvents"][0]["tid"] == "cuda:0");
 }
+
+}  // namespace cutrain_test_profile_gpu

@@ -18,6 +18,8 @@
 #include "cutrain/cuda/kernels/activation.hpp"
 #include "cutrain/cuda/kernels/batch_norm_train.hpp"
 
+namespace cutrain_test_property_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -529,3 +531,5 @@ TEST_CASE("fallback kernels: activations and batch norm against the CPU, any siz
   std::printf("fallback kernels ok; %lld op calls fell back to them so far in this process\n",
               static_cast<long long>(cuda::cudnn::kernel_fallbacks()));
 }
+
+}  // namespace cutrain_test_property_gpu

@@ -12,6 +12,8 @@
 #include "cutrain/cuda/kernels/reduce.hpp"
 #include "cutrain/ops/reduce.hpp"
 
+namespace cutrain_test_reduce_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace kernels = cutrain::cuda::kernels;
@@ -205,3 +207,5 @@ TEST_CASE("gpu reduce: empty tensors and autograd on the device", "[gpu][reduce]
   auto ones = Tensor<double>::full({3}, 1.0);
   check_close("autograd norm grad", v.grad(), ops::norm_backward(xr, ops::norm(xr, 2.0, {1}), ones, 2.0, {1}));
 }
+
+}  // namespace cutrain_test_reduce_gpu

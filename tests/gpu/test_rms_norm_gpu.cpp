@@ -15,6 +15,8 @@
 #include "cutrain/cuda/runtime.hpp"
 #include "cutrain/ops/rms_norm.hpp"
 
+namespace cutrain_test_rms_norm_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -122,3 +124,5 @@ TEST_CASE("gpu rms norm over the trailing 1, 2, 3 dims matches the CPU backend")
   Tensor<cutrain::bfloat16> xb({2, 3, 4}, {.device = cuda0}), gb({4}, {.device = cuda0});
   CHECK_THROWS_AS(ops::rms_norm_forward(xb, gb), NotImplemented);              // parameters must be f32 on the GPU
 }
+
+}  // namespace cutrain_test_rms_norm_gpu

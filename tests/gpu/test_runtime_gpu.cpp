@@ -3,6 +3,8 @@
 
 #include "cutrain/cuda/runtime.hpp"
 
+namespace cutrain_test_runtime_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 
 TEST_CASE("gpu caching allocator reuses a freed block of the same size on the same stream") {
@@ -45,3 +47,5 @@ TEST_CASE("gpu blocks do not move between streams; Stream, StreamGuard and Event
   CHECK(cuda::current_stream() == nullptr);
   s.synchronize();
 }
+
+}  // namespace cutrain_test_runtime_gpu

@@ -15,6 +15,8 @@
 #include "cutrain/ops/index.hpp"
 #include "cutrain/ops/shape_ops.hpp"
 
+namespace cutrain_test_shape_ops_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 
@@ -208,3 +210,5 @@ TEST_CASE("gpu shape ops: autograd on the device", "[gpu][shape_ops][autograd]")
   check_close("autograd a grad", a.grad(), ac.grad());
   check_close("autograd b grad", b.grad(), bc.grad());
 }
+
+}  // namespace cutrain_test_shape_ops_gpu

@@ -16,6 +16,8 @@
 #include "cutrain/cuda/runtime.hpp"
 #include "cutrain/ops/softmax.hpp"
 
+namespace cutrain_test_softmax_axis_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace kernels = cutrain::cuda::kernels;
@@ -127,3 +129,5 @@ TEST_CASE("gpu softmax along an axis: autograd, empty tensors, bad axes") {
   for (float v : ops::softmax_forward(nhwc, 1).to_vector()) CHECK(v == Approx(1.0f / 3).epsilon(1e-6));
   std::printf("%-72s ok\n", "softmax axis autograd, empty and bad input");
 }
+
+}  // namespace cutrain_test_softmax_axis_gpu

@@ -20,6 +20,8 @@
 #include "cutrain/ops/flatten.hpp"
 #include "cutrain/ops/softmax.hpp"
 
+namespace cutrain_test_softmax_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 namespace kernels = cutrain::cuda::kernels;
@@ -337,3 +339,5 @@ TEST_CASE("gpu flatten and flatten_backward match the CPU backend in every dtype
   CHECK(fe.device() == cuda0);
   std::printf("%-72s ok\n", "flatten bad input and empty batch");
 }
+
+}  // namespace cutrain_test_softmax_gpu

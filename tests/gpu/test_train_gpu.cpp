@@ -15,6 +15,8 @@
 #include "cutrain/cutrain.hpp"
 #include "cutrain/nn.hpp"
 
+namespace cutrain_test_train_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 
 namespace {
@@ -609,3 +611,5 @@ TEST_CASE("a bf16 mixed-precision step captured in a CUDA graph matches the eage
     CHECK(err <= 1e-3);
   }
 }
+
+}  // namespace cutrain_test_train_gpu

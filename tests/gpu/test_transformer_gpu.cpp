@@ -15,6 +15,8 @@
 #include "cutrain/optim/adamw.hpp"
 #include "cutrain/optim/clip.hpp"
 
+namespace cutrain_test_transformer_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -201,3 +203,5 @@ TEST_CASE("gpu index_select under CUDA graph capture: an out-of-range index give
   // Eagerly the same index is an error naming it.
   CHECK_THROWS_WITH(ops::index_select(table, 0, idx), Catch::Contains("index value 7"));
 }
+
+}  // namespace cutrain_test_transformer_gpu

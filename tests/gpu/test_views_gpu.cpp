@@ -13,6 +13,8 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/ops/sum_to.hpp"
 
+namespace cutrain_test_views_gpu {  // one per file: the unity build compiles files together
+
 using namespace cutrain;
 using namespace cutrain::test;
 using autograd::Var;
@@ -159,3 +161,5 @@ TEST_CASE("gpu views: bad input on cuda tensors throws as on the CPU") {
   throws_naming([&] { return ops::sum_to(x, {2}); }, "sum_to");  // [2, 3] sums to [3], not [2]
   throws_naming([&] { return slice(x, 0, 0, 1, 0); }, "slice");
 }
+
+}  // namespace cutrain_test_views_gpu

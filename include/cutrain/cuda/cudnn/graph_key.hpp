@@ -35,6 +35,7 @@ enum class GraphOp : std::uint8_t {
   attention_backward,
   rms_norm_forward,
   rms_norm_backward,
+  fusion,  // a user's fusion graph (core/fusion.hpp)
 };
 
 // What the autotuner needs to know of an op: convolutions are tuned by default.
@@ -53,7 +54,8 @@ constexpr autotune::GraphFamily family(GraphOp op) {
 
 class GraphKey {
  public:
-  static constexpr std::size_t capacity = 96;  // numbers; the largest key (a fused dgrad) has 45
+  // numbers; the largest key is a fusion graph's: 5 + 9 per tensor, 16 tensors of rank <= 4
+  static constexpr std::size_t capacity = 160;
 
   GraphKey(GraphOp op, int device) : op_(op), device_(device) {
     mix(static_cast<std::uint64_t>(op));

@@ -1,0 +1,160 @@
+// ops::Fusion: runs a user's fusion graph (core/fusion.hpp) on cutrain tensors. On the GPU it is
+// one cuDNN graph (cuda/cudnn/fusion.hpp), built once per signature and kept by the plan store;
+// on the CPU, and as the GPU's reference, it is the composition of cutrain's ops (fusion_unfused).
+//
+//   fusion::Graph g;
+//   auto x = g.input("x"), w = g.input("w"), b = g.input("bias"), r = g.input("residual");
+//   g.output(g.relu(g.add(g.add(g.conv2d(x, w, p), b), r)), "y");
+//   ops::Fusion f(std::move(g));
+//   Tensor<bfloat16> y = std::move(f(x_t, w_t, b_t, r_t)[0]);
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <concepts>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cutrain/core/fusion.hpp"
+#include "cutrain/ops/activation.hpp"
+#include "cutrain/ops/broadcast.hpp"
+#include "cutrain/ops/conv2d.hpp"
+#include "cutrain/ops/elementwise.hpp"
+#include "cutrain/ops/matmul.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cudnn/fusion.hpp"
+#endif
+
+namespace cutrain::inline CUTRAIN_ABI::ops {
+
+// The composition of cutrain's ops that g describes, on the inputs' device: the CPU's
+// implementation of a fusion, the reference its GPU graph is tested against, and the GPU's
+// fallback where cuDNN has no engine for it (Fusion::Options::unfused_fallback).
+template <class T>
+std::vector<Tensor<T>> fusion_unfused(const fusion::Graph& g, std::span<const Tensor<T>> inputs) {
+  std::vector<Tensor<T>> v(g.nodes().size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) v[static_cast<std::size_t>(g.inputs()[i])] = inputs[i].view();
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const fusion::Node& n = g.nodes()[i];
+    const auto at = [&](int id) -> const Tensor<T>& { return v[static_cast<std::size_t>(id)]; };
+    switch (n.kind) {
+      case fusion::NodeKind::input: break;
+      case fusion::NodeKind::conv2d: v[i] = conv2d_forward(at(n.a), at(n.b), n.conv); break;
+      case fusion::NodeKind::matmul: v[i] = matmul(at(n.a), at(n.b)); break;
+      case fusion::NodeKind::binary: v[i] = binary(n.binary, at(n.a), at(n.b)); break;
+      case fusion::NodeKind::scale: v[i] = scale(at(n.a), n.alpha); break;
+      case fusion::NodeKind::activation: v[i] = activation_forward(at(n.a), n.act); break;
+    }
+  }
+  std::vector<Tensor<T>> out;
+  for (const auto& o : g.outputs()) out.push_back(v[static_cast<std::size_t>(o.first)].view());
+  return out;
+}
+
+struct FusionOptions {
+  // Where cuDNN has no engine for the graph on this GPU, run fusion_unfused instead of throwing.
+  bool unfused_fallback = false;
+};
+
+class Fusion {
+ public:
+  using Options = FusionOptions;
+
+  explicit Fusion(fusion::Graph g, Options o = {})
+      : g_(std::make_shared<const fusion::Graph>(std::move(g))), id_(next_id()), o_(o) {
+    g_->check_complete("ops::Fusion");
+  }
+
+  const fusion::Graph& graph() const { return *g_; }
+
+  // The outputs (in Graph::output order) for inputs in Graph::input order, on the inputs' device.
+  template <class T>
+  std::vector<Tensor<T>> operator()(std::span<const Tensor<T>> inputs) const {
+    return run(inputs, o_.unfused_fallback);
+  }
+  template <class T, class... Rest>
+    requires(std::same_as<Rest, Tensor<T>> && ...)
+  std::vector<Tensor<T>> operator()(const Tensor<T>& first, const Rest&... rest) const {
+    std::vector<Tensor<T>> in;
+    in.push_back(first.view());
+    (in.push_back(rest.view()), ...);
+    return run(std::span<const Tensor<T>>(in), o_.unfused_fallback);
+  }
+  template <class T>
+  std::vector<Tensor<T>> operator()(const std::vector<Tensor<T>>& inputs) const {
+    return run(std::span<const Tensor<T>>(inputs), o_.unfused_fallback);
+  }
+
+  // Empty where the graph runs fused on these inputs (always on the CPU), else the CudnnError's
+  // message: the pattern and cuDNN's first reason. Runs the graph once (and builds it, once).
+  template <class T>
+  std::string unsupported(const std::vector<Tensor<T>>& inputs) const {
+    try {
+      run(std::span<const Tensor<T>>(inputs), false);
+    } catch (const CudnnError& e) {
+      return e.what();
+    }
+    return {};
+  }
+
+ private:
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> n{0};
+    return ++n;
+  }
+
+  template <class T>
+  std::vector<Tensor<T>> run(std::span<const Tensor<T>> inputs, [[maybe_unused]] bool fallback) const {
+    constexpr std::string_view op = "fusion";
+    const fusion::Graph& g = *g_;
+    CUTRAIN_REQUIRE(inputs.size() == g.inputs().size(), InvalidArgument, op, g.describe(), ": takes ",
+                    g.inputs().size(), " inputs, got ", inputs.size());
+    std::vector<Shape> shapes;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const std::string name = g.nodes()[static_cast<std::size_t>(g.inputs()[i])].name;
+      check::defined(op, inputs[i], name);
+      check::same_device(op, inputs[0], inputs[i]);
+      shapes.push_back(inputs[i].shape());
+    }
+    const auto all = fusion::infer_shapes(g, shapes, op);
+    return detail::dispatch<std::vector<Tensor<T>>>(
+        op, [&](const auto&) { return fusion_unfused(g, inputs); },
+        CUTRAIN_IF_CUDA([&](const auto&) {
+          // Contiguous, 16-byte aligned inputs (cuDNN's engines want both); NHWC intermediates and
+          // 4-d outputs where the first 4-d input is NHWC.
+          bool nhwc = false;
+          for (const auto& t : inputs)
+            if (t.rank() == 4) {
+              nhwc = t.layout() == Layout::nhwc;
+              break;
+            }
+          std::vector<Tensor<T>> ins;
+          for (const auto& t : inputs) ins.push_back(detail::contiguous_aligned(t, detail::elementwise_layout(t)));
+          std::vector<Tensor<T>> outs;
+          for (const auto& o : g.outputs()) {
+            const Shape& s = all[static_cast<std::size_t>(o.first)];
+            outs.emplace_back(s, TensorOptions{.layout = nhwc && s.rank() == 4 ? Layout::nhwc : Layout::row_major,
+                                               .device = inputs[0].device()});
+          }
+          try {
+            cuda::cudnn::fusion_forward<T>(g, id_, all, nhwc, ins, outs);
+          } catch (const CudnnError&) {
+            if (!fallback) throw;
+            return fusion_unfused(g, std::span<const Tensor<T>>(ins));
+          }
+          return outs;
+        }),
+        inputs[0]);
+  }
+
+  std::shared_ptr<const fusion::Graph> g_;
+  std::uint64_t id_;
+  Options o_;
+};
+
+}  // namespace cutrain::inline CUTRAIN_ABI::ops
