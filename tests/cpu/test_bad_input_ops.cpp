@@ -19,14 +19,16 @@
 #include "cutrain/optim/optimizer.hpp"
 #include "cutrain/optim/schedule.hpp"
 
+namespace cutrain_test_bad_input_core {
+std::size_t bad_input_core_case_count();  // test_bad_input_core.cpp
+}
+
 namespace cutrain_test_bad_input_ops {  // one per file: the unity build compiles files together
 
 using namespace cutrain;
 using cutrain::test::bad;
 using cutrain::test::BadCase;
 using autograd::Var;
-
-std::size_t bad_input_core_case_count();
 
 namespace {
 
@@ -503,7 +505,7 @@ TEST_CASE("bad input: optimizers and schedules", "[bad_input]") { test::run_case
 
 TEST_CASE("bad input: the suite has at least 150 cases", "[bad_input]") {
   const std::size_t n = op_cases().size() + autograd_cases().size() + nn_cases().size() + optim_cases().size() +
-                        bad_input_core_case_count();
+                        cutrain_test_bad_input_core::bad_input_core_case_count();
   INFO("cases: " << n);
   CHECK(n >= 150);
 }

@@ -53,7 +53,9 @@ class Graph {
     return push(Node{.kind = NodeKind::conv2d, .a = arg("conv2d", x), .b = arg("conv2d", w), .conv = p});
   }
   // a [M, K] or [B, M, K] x b [K, N] or [B, K, N] -> [M, N] or [B, M, N] (a batch of 1 broadcasts).
-  Value matmul(Value a, Value b) { return push(Node{.kind = NodeKind::matmul, .a = arg("matmul", a), .b = arg("matmul", b)}); }
+  Value matmul(Value a, Value b) {
+    return push(Node{.kind = NodeKind::matmul, .a = arg("matmul", a), .b = arg("matmul", b)});
+  }
   // NumPy-broadcasting a op b: a bias is an add of a [1, K, 1, 1] (or [K, 1, 1]) tensor.
   Value binary(BinaryOp op, Value a, Value b) {
     return push(Node{.kind = NodeKind::binary, .a = arg(to_string(op), a), .b = arg(to_string(op), b), .binary = op});
@@ -64,7 +66,9 @@ class Graph {
   Value div(Value a, Value b) { return binary(BinaryOp::div, a, b); }
   Value maximum(Value a, Value b) { return binary(BinaryOp::maximum, a, b); }
   Value minimum(Value a, Value b) { return binary(BinaryOp::minimum, a, b); }
-  Value scale(Value a, double alpha) { return push(Node{.kind = NodeKind::scale, .a = arg("scale", a), .alpha = alpha}); }
+  Value scale(Value a, double alpha) {
+    return push(Node{.kind = NodeKind::scale, .a = arg("scale", a), .alpha = alpha});
+  }
   Value activation(Value a, const ActivationParams& act) {
     detail::check_activation("fusion activation", act);
     return push(Node{.kind = NodeKind::activation, .a = arg("activation", a), .act = act});
@@ -219,7 +223,8 @@ inline std::pair<Shape, Strides> at_rank(const Shape& s, const Strides& st, int 
 inline Strides packed_strides(const Shape& s, bool nhwc) {
   if (nhwc && s.rank() == 4) return Strides{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
   std::vector<std::int64_t> st(static_cast<std::size_t>(s.rank()), 1);
-  for (int i = s.rank() - 2; i >= 0; --i) st[static_cast<std::size_t>(i)] = st[static_cast<std::size_t>(i) + 1] * s[i + 1];
+  for (int i = s.rank() - 2; i >= 0; --i)
+    st[static_cast<std::size_t>(i)] = st[static_cast<std::size_t>(i) + 1] * s[i + 1];
   return st;
 }
 

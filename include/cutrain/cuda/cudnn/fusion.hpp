@@ -41,8 +41,11 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
                     std::span<const Tensor<T>> inputs, std::span<Tensor<T>> outputs) {
   constexpr std::string_view op = "fusion";
   const int dev = inputs[0].device().index;
-  const bool strict = detail::strict_f32<T>();
   const bool has_conv = g.has(fusion::NodeKind::conv2d);
+  // TF32 is a tensor-core matter: pointwise-only graphs are built without that filter (in f32 no
+  // engine is left with it), as cutrain's activation and norm graphs are.
+  const bool tensor_cores = has_conv || g.has(fusion::NodeKind::matmul);
+  const bool strict = detail::strict_f32<T>() && tensor_cores;
   GraphKey key(GraphOp::fusion, dev);
   key.add(static_cast<std::int64_t>(id)).add(dtype_of<T>).add(strict).add(nhwc);
   for (const auto& t : inputs) key.add(t.shape(), t.strides());
@@ -50,7 +53,8 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
   PlanStore& store = plan_store();
   BuiltGraph* bg = store.find(key);
   if (!bg) {
-    std::string text = cutrain::detail::cat("fusion ", dtype_of<T>, strict ? "" : "+tf32", nhwc ? " nhwc " : " ", g.describe());
+    const bool tf32 = std::same_as<T, float> && tensor_cores && !strict;
+    std::string text = cutrain::detail::cat("fusion ", dtype_of<T>, tf32 ? "+tf32" : "", nhwc ? " nhwc " : " ", g.describe());
     const auto& nodes = g.nodes();
     for (std::size_t i = 0; i < inputs.size(); ++i)
       text += signature((" " + nodes[static_cast<std::size_t>(g.inputs()[i])].name).c_str(), inputs[i].shape(),
@@ -66,8 +70,9 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
       for (std::size_t i = 0; i < inputs.size(); ++i) {
         const int in = g.inputs()[i];
         const auto [d, s] = fusion::at_rank(inputs[i].shape(), inputs[i].strides(), r);
-        v[static_cast<std::size_t>(in)] = tensor(*fg, nodes[static_cast<std::size_t>(in)].name.c_str(), d, s, fe_type<T>::value);
-        b.tensors.push_back(v[static_cast<std::size_t>(in)]);
+        auto& X = v[static_cast<std::size_t>(in)];
+        X = tensor(*fg, nodes[static_cast<std::size_t>(in)].name.c_str(), d, s, fe_type<T>::value);
+        b.tensors.push_back(X);
       }
       namespace fg_ = fe::graph;
       for (std::size_t i = 0; i < nodes.size(); ++i) {
