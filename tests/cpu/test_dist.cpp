@@ -504,4 +504,6 @@ TEST_CASE("loader sharding: bad rank and world size", "[dist][data][bad_input]")
   });
 }
 
+#undef RANK_CHECK
+
 }  // namespace cutrain_test_dist

@@ -68,6 +68,18 @@ TEST_CASE("fusion graph: text, shapes and the GPU description", "[fusion]") {
   CHECK(fusion::packed_strides(Shape{2, 8, 5, 5}, true) == Strides{200, 1, 40, 8});
   CHECK(fusion::packed_strides(Shape{2, 8, 5, 5}, false) == Strides{200, 25, 5, 1});
   CHECK(fusion::packed_strides(Shape{4, 6, 7}, true) == Strides{42, 7, 1});
+
+  // key_text (plan files, the tuning cache) tells apart what describe() writes alike.
+  const auto leaky = [](double alpha, double scale) {
+    fusion::Graph l;
+    l.output(l.scale(l.activation(l.input("x"), {.kind = Activation::leaky_relu, .alpha = alpha}), scale), "y");
+    return l;
+  };
+  CHECK(leaky(0.1, 2).describe() == leaky(0.2, 2).describe());
+  CHECK(leaky(0.1, 2).key_text() != leaky(0.2, 2).key_text());
+  CHECK(leaky(0.1, 1.0 / 3).key_text() != leaky(0.1, 1.0 / 3 + 1e-15).key_text());
+  CHECK(residual_block(p).key_text() != residual_block({}).key_text());
+  CHECK(residual_block(p).key_text() == g.key_text());
 }
 
 TEST_CASE("fusion: conv + bias + residual + relu equals its reference (f64)", "[fusion]") {
@@ -89,6 +101,17 @@ TEST_CASE("fusion: conv + bias + residual + relu equals its reference (f64)", "[
             CHECK(out[0](n, k, i, j) == Approx(want).margin(1e-12));
           }
   }
+}
+
+TEST_CASE("fusion: empty inputs give empty outputs", "[fusion]") {
+  Rng rng(16);
+  fusion::Graph g;
+  auto x = g.input("x"), b = g.input("b");
+  g.output(g.relu(g.add(x, b)), "y");
+  const ops::Fusion f(std::move(g));
+  const auto out = f(random({0, 3, 4, 4}, rng), random({1, 3, 1, 1}, rng));
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].shape() == Shape{0, 3, 4, 4});
 }
 
 TEST_CASE("fusion: matmul + bias + gelu, and a frozen batch norm + relu (f64)", "[fusion]") {
@@ -154,11 +177,79 @@ TEST_CASE("autograd::fused: every input's gradient matches finite differences (f
                                        autograd::Var<double>(random({1, 3, 2, 2}, rng))};
   auto y = autograd::fused(f, v);
   REQUIRE(y.requires_grad());
-  y.backward(random(y.value().shape(), rng));
+  {
+    autograd::NoGradGuard off;  // the backward's recomputation records its graph all the same
+    y.backward(random(y.value().shape(), rng));
+  }
   CHECK(v[0].grad().defined());
   CHECK_FALSE(v[1].grad().defined());
   v[0] = autograd::Var<double>(v[0].value().view());
   CHECK_FALSE(autograd::fused(f, v).requires_grad());
+}
+
+TEST_CASE("autograd::fused with backward graphs: dgrad, wgrad, relu backward, bias sum (f64)", "[fusion][autograd]") {
+  Rng rng(15);
+  const Conv2dParams p{.stride_h = 2, .stride_w = 2, .pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const Shape xs{2, 3, 7, 6}, ws{4, 3, 3, 3}, ys{2, 4, 4, 3};
+  const ops::Fusion f(residual_block(p));
+  // dresidual = relu'(y) * dy (relu's derivative read from its output), dbias its sum over
+  // N, H, W; dx and dw from it: three graphs, as cuDNN fuses them (a dgrad and a wgrad do not
+  // share a graph).
+  fusion::Graph a, b, c;
+  {
+    auto dy = a.input("dy"), y = a.input("y");
+    auto dr = a.activation_backward(dy, y, {.kind = Activation::relu});
+    a.output(dr, "dresidual");
+    a.output(a.sum_to(dr, Shape{1, 4, 1, 1}), "dbias");
+    auto d = b.input("dresidual"), w = b.input("w");
+    b.output(b.conv2d_dgrad(d, w, p, xs), "dx");
+    auto d2 = c.input("dresidual"), x = c.input("x");
+    c.output(c.conv2d_wgrad(d2, x, p, ws), "dw");
+  }
+  CHECK(a.describe() == "%2 = relu_backward(dy, y); dresidual = %2; dbias = sum_to(%2, [1,4,1,1])");
+  CHECK_FALSE(a.differentiable());
+  const std::vector<ops::Fusion> backward{ops::Fusion(a), ops::Fusion(b), ops::Fusion(c)};
+  auto x = random(xs, rng), w = random(ws, rng), bias = random({1, 4, 1, 1}, rng), r = random(ys, rng);
+  const auto vars = [&] {
+    return std::vector{autograd::Var<double>(x.view(), true), autograd::Var<double>(w.view(), true),
+                       autograd::Var<double>(bias.view(), true), autograd::Var<double>(r.view(), true)};
+  };
+  auto user = vars(), unfused = vars();
+  auto seed = random(ys, rng);
+  auto yu = autograd::fused(f, user, backward);
+  auto yf = autograd::fused(f, unfused);
+  yu.backward(seed);
+  yf.backward(seed);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto gu = user[i].grad().to_vector(), gf = unfused[i].grad().to_vector();
+    REQUIRE(gu.size() == gf.size());
+    for (std::size_t k = 0; k < gu.size(); ++k) CHECK(gu[k] == Approx(gf[k]).margin(1e-12));
+  }
+  run_cases({
+      bad<InvalidArgument>("unknown name", "autograd::fused", {"backward graph 0", "takes 'dz'"},
+                           [&] {
+                             fusion::Graph g;
+                             g.output(g.relu(g.input("dz")), "dx");
+                             autograd::fused(f, vars(), std::vector{ops::Fusion(std::move(g))});
+                           }),
+      bad<InvalidArgument>("a gradient nobody gives", "autograd::fused", {"input 'w' needs a gradient", "'dw'"},
+                           [&] {
+                             autograd::fused(f, vars(), std::vector{backward[0], backward[1]}).backward(seed);
+                           }),
+      bad<NotImplemented>("backward nodes, no backward graphs", "autograd::fused", {"give its backward graphs"},
+                          [&] {
+                            autograd::fused(backward[2], std::vector{autograd::Var<double>(seed.view(), true),
+                                                                     autograd::Var<double>(x.view(), true)});
+                          }),
+      bad<InvalidArgument>("dgrad of the wrong dy", "fusion", {"node 2: cutrain::conv2d_dgrad", "dy [2,4,5,3]"},
+                           [&] { backward[1](random({2, 4, 5, 3}, rng), w); }),
+      bad<InvalidArgument>("sum_to a shape that is not below", "fusion", {"node 1: cutrain::sum_to", "cannot sum"},
+                           [&] {
+                             fusion::Graph g;
+                             g.output(g.sum_to(g.input("v"), Shape{1, 5, 1, 1}), "s");
+                             ops::Fusion(std::move(g))(seed);
+                           }),
+  });
 }
 
 TEST_CASE("fusion: bad graphs and bad inputs name the pattern and the reason", "[fusion][bad_input]") {
@@ -188,6 +279,25 @@ TEST_CASE("fusion: bad graphs and bad inputs name the pattern and the reason", "
                              fusion::Graph g;
                              g.relu(g.input("x"));
                              ops::Fusion{std::move(g)};
+                           }),
+      bad<InvalidArgument>("a node that reaches no output", "ops::Fusion", {"node 1 (relu(a)) reaches no output"},
+                           [] {
+                             fusion::Graph g;
+                             auto a = g.input("a");
+                             g.relu(a);
+                             g.output(g.tanh(a), "y");
+                             ops::Fusion{std::move(g)};
+                           }),
+      bad<InvalidArgument>("scale by NaN", "fusion::Graph", {"alpha must be finite"},
+                           [] {
+                             fusion::Graph g;
+                             g.scale(g.input("a"), std::nan(""));
+                           }),
+      bad<InvalidArgument>("unfused with too many inputs", "fusion_unfused", {"takes 4 inputs, got 5"},
+                           [&] {
+                             std::vector<Tensor<double>> in;
+                             for (int i = 0; i < 5; ++i) in.push_back(x.view());
+                             ops::fusion_unfused(f.graph(), std::span<const Tensor<double>>(in));
                            }),
       bad<InvalidArgument>("unused input", "ops::Fusion", {"input 'b' reaches no output"},
                            [] {

@@ -1,6 +1,7 @@
 // Fusion graphs (ops/fusion.hpp) on cuDNN against the composition of cutrain's ops on the CPU in
 // f64, on fresh random data: conv + bias + residual add + relu (NHWC), matmul + bias + gelu, and
-// a frozen batch norm's scale + shift + relu, in f32, bf16 and f16; a built graph is reused; a
+// a frozen batch norm's scale + shift + relu, in f32, bf16 and f16; the backward nodes (dgrad,
+// dgrad + relu backward, wgrad, relu backward + bias sum) in bf16; a built graph is reused; a
 // pattern with no engine throws a CudnnError naming it, and runs unfused when asked.
 #include "parity.hpp"
 
@@ -103,6 +104,41 @@ TEST_CASE("gpu fusion: the documented fusions match the unfused ops in f64", "[g
   SECTION("f16") { run_documented<cutrain::half>(rng); }
 }
 
+TEST_CASE("gpu fusion: backward nodes match the unfused ops in f64 (bf16 NHWC)", "[gpu][fusion]") {
+  Rng rng(74);
+  const Conv2dParams p{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const Shape xs{4, 32, 16, 16}, ws{64, 32, 3, 3}, ys{4, 64, 16, 16};
+  const auto one = [&](const char* what, fusion::Graph g, const std::vector<Shape>& shapes, bool must_fuse) {
+    const ops::Fusion f(std::move(g), {.unfused_fallback = true});
+    const bool fused = check_fusion<bfloat16>(what, f, shapes, true, rng, 3e-2);
+    if (must_fuse) CHECK(fused);
+  };
+  {
+    fusion::Graph g;
+    auto dy = g.input("dy"), w = g.input("w");
+    g.output(g.conv2d_dgrad(dy, w, p, xs), "dx");
+    one("dgrad", std::move(g), {ys, ws}, true);
+  }
+  {
+    fusion::Graph g;  // cutrain's conv2d_backward_data_activation: the dgrad, then relu's backward
+    auto dy = g.input("dy"), w = g.input("w"), ax = g.input("act_x");
+    g.output(g.activation_backward(g.conv2d_dgrad(dy, w, p, xs), ax, {.kind = Activation::relu}), "dx");
+    one("dgrad+relu_backward", std::move(g), {ys, ws, xs}, true);
+  }
+  {
+    fusion::Graph g;
+    auto dy = g.input("dy"), x = g.input("x");
+    g.output(g.conv2d_wgrad(dy, x, p, ws), "dw");
+    one("wgrad", std::move(g), {ys, xs}, true);
+  }
+  {
+    fusion::Graph g;
+    auto dy = g.input("dy"), y = g.input("y");
+    g.output(g.sum_to(g.activation_backward(dy, y, {.kind = Activation::relu}), Shape{1, 64, 1, 1}), "dbias");
+    one("relu_backward+sum_to", std::move(g), {ys, ys}, false);
+  }
+}
+
 TEST_CASE("gpu fusion: a built graph is reused; a new signature builds once", "[gpu][fusion]") {
   Rng rng(72);
   const ops::Fusion norm(frozen_norm());
@@ -131,6 +167,7 @@ TEST_CASE("gpu fusion: a pattern without an engine names itself; the fallback ru
   const std::vector<Shape> shapes{Shape{2, 32, 8, 8}, Shape{1, 32, 1, 1}, Shape{1, 32, 1, 1}, Shape{32, 32, 1, 1}};
   const ops::Fusion strict(g), lenient(g, {.unfused_fallback = true});
   const bool fused = check_fusion<bfloat16>("pre-activation conv", lenient, shapes, true, rng, 2e-2);
+  if (fused) WARN("cuDNN now fuses the pre-activation conv: the error checks below did not run; pick another pattern");
   if (!fused) {
     std::vector<Tensor<bfloat16>> in;
     for (const auto& sh : shapes) in.push_back(random_pair<bfloat16>(sh, rng, sh.rank() == 4 ? Layout::nhwc : Layout::row_major).first);

@@ -1,12 +1,15 @@
-// A fusion graph's description: inputs (placeholders), nodes (convolution, matmul, pointwise
-// binary ops, scale, activations) and outputs, independent of dtype and device. Its shapes come
+// A fusion graph's description: inputs (placeholders), nodes (convolution forward, backward data
+// and backward filter, matmul, pointwise binary ops, scale, activations and their backward, sums
+// down to a shape) and outputs, independent of dtype and device. Its shapes come
 // from the tensors it is run on (infer_shapes). ops/fusion.hpp runs it: as one cuDNN graph on the
 // GPU (cuda/cudnn/fusion.hpp), as the composition of cutrain's ops on the CPU.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -17,10 +20,14 @@
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/core/params/elementwise.hpp"
 #include "cutrain/core/shape.hpp"
+#include "cutrain/core/view.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::fusion {
 
-enum class NodeKind : std::uint8_t { input, conv2d, matmul, binary, scale, activation };
+enum class NodeKind : std::uint8_t {
+  input, conv2d, matmul, binary, scale, activation,
+  conv2d_dgrad, conv2d_wgrad, activation_backward, sum_to,
+};
 
 // A value of the graph: an input or a node's result (an index into Graph::nodes()).
 struct Value {
@@ -34,6 +41,7 @@ struct Node {
   BinaryOp binary = BinaryOp::add;
   ActivationParams act{};
   double alpha = 1.0;  // scale
+  Shape shape{};       // conv2d_dgrad: x's shape; conv2d_wgrad: w's shape; sum_to: the target
   std::string name{};  // inputs and outputs
 };
 
@@ -67,11 +75,32 @@ class Graph {
   Value maximum(Value a, Value b) { return binary(BinaryOp::maximum, a, b); }
   Value minimum(Value a, Value b) { return binary(BinaryOp::minimum, a, b); }
   Value scale(Value a, double alpha) {
+    CUTRAIN_REQUIRE(std::isfinite(alpha), InvalidArgument, "fusion::Graph", "scale: alpha must be finite, got ", alpha);
     return push(Node{.kind = NodeKind::scale, .a = arg("scale", a), .alpha = alpha});
   }
   Value activation(Value a, const ActivationParams& act) {
     detail::check_activation("fusion activation", act);
     return push(Node{.kind = NodeKind::activation, .a = arg("activation", a), .act = act});
+  }
+  // The backward of conv2d(x, w, p) for x of x_shape: dx from dy and w (ops::conv2d_backward_data).
+  Value conv2d_dgrad(Value dy, Value w, const Conv2dParams& p, Shape x_shape) {
+    return push(Node{.kind = NodeKind::conv2d_dgrad, .a = arg("conv2d_dgrad", dy), .b = arg("conv2d_dgrad", w),
+                     .conv = p, .shape = std::move(x_shape)});
+  }
+  // dw of conv2d(x, w, p) for w of w_shape, from dy and x (ops::conv2d_backward_filter).
+  Value conv2d_wgrad(Value dy, Value x, const Conv2dParams& p, Shape w_shape) {
+    return push(Node{.kind = NodeKind::conv2d_wgrad, .a = arg("conv2d_wgrad", dy), .b = arg("conv2d_wgrad", x),
+                     .conv = p, .shape = std::move(w_shape)});
+  }
+  // dy * act'(x), x the activation's input (relu's derivative reads the same from its output).
+  Value activation_backward(Value dy, Value x, const ActivationParams& act) {
+    detail::check_activation("fusion activation_backward", act);
+    return push(Node{.kind = NodeKind::activation_backward, .a = arg("activation_backward", dy),
+                     .b = arg("activation_backward", x), .act = act});
+  }
+  // v summed down to `shape` (NumPy broadcasting read backwards, as ops::sum_to): a bias's gradient.
+  Value sum_to(Value v, Shape shape) {
+    return push(Node{.kind = NodeKind::sum_to, .a = arg("sum_to", v), .shape = std::move(shape)});
   }
   Value relu(Value a) { return activation(a, {.kind = Activation::relu}); }
   Value gelu(Value a) { return activation(a, {.kind = Activation::gelu_erf}); }
@@ -100,12 +129,59 @@ class Graph {
       if (n.kind == k) return true;
     return false;
   }
+  // Whether the graph has a convolution node (forward or backward).
+  bool has_conv() const { return has(NodeKind::conv2d) || has(NodeKind::conv2d_dgrad) || has(NodeKind::conv2d_wgrad); }
+  // Whether every node has a derivative autograd::fused can take (no backward nodes).
+  bool differentiable() const {
+    return !has(NodeKind::conv2d_dgrad) && !has(NodeKind::conv2d_wgrad) && !has(NodeKind::activation_backward) &&
+           !has(NodeKind::sum_to);
+  }
 
-  // The pattern as text, for messages and plan keys: "y = relu(add(conv2d(x, w), bias))".
+  // The pattern as text, for messages: "y = relu(add(conv2d(x, w), bias))"; a node used more
+  // than once is written once, as "%3 = ...", and named %3 where it is used.
   std::string describe() const {
+    const auto u = uses();
     std::string s;
-    for (const auto& [id, name] : outputs_) s += (s.empty() ? "" : "; ") + name + " = " + expr(id);
-    return s.empty() ? "(no outputs)" : s;
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].kind != NodeKind::input && u[i] > 1)
+        s += detail::cat(s.empty() ? "" : "; ", "%", i, " = ", expr(static_cast<int>(i), u, true));
+    for (const auto& [id, name] : outputs_) s += (s.empty() ? "" : "; ") + name + " = " + expr(id, u, false);
+    return outputs_.empty() ? "(no outputs)" : s;
+  }
+
+  // Every node with every parameter (alphas to 17 digits), one per value: the graph's identity
+  // in plan files and the tuning cache, where describe() leaves parameters out.
+  std::string key_text() const {
+    std::string s;
+    char buf[32];
+    const auto num = [&](double v) {
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      return std::string(buf);
+    };
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& n = nodes_[i];
+      s += detail::cat(i ? ";" : "", "%", i, "=", static_cast<int>(n.kind), "(", n.a, ",", n.b);
+      switch (n.kind) {
+        case NodeKind::input: s += "," + n.name; break;
+        case NodeKind::conv2d: case NodeKind::conv2d_dgrad: case NodeKind::conv2d_wgrad: {
+          const Conv2dParams& p = n.conv;
+          s += detail::cat(",s", p.stride_h, "x", p.stride_w, ",p", p.pad_top, ".", p.pad_bottom, ".", p.pad_left, ".",
+                           p.pad_right, ",d", p.dilation_h, "x", p.dilation_w, ",g", p.groups);
+          if (n.kind != NodeKind::conv2d) s += "," + n.shape.str();
+          break;
+        }
+        case NodeKind::binary: s += detail::cat(",", static_cast<int>(n.binary)); break;
+        case NodeKind::scale: s += "," + num(n.alpha); break;
+        case NodeKind::activation: case NodeKind::activation_backward:
+          s += detail::cat(",", static_cast<int>(n.act.kind), ",") + num(n.act.alpha);
+          break;
+        case NodeKind::sum_to: s += "," + n.shape.str(); break;
+        case NodeKind::matmul: break;
+      }
+      s += ")";
+    }
+    for (const auto& [id, name] : outputs_) s += detail::cat(";", name, "=%", id);
+    return s;
   }
 
   // Throws unless the graph can run: it has outputs, every input feeds one, it fits a cuDNN graph.
@@ -119,13 +195,17 @@ class Graph {
       if (n.a >= 0) used[static_cast<std::size_t>(n.a)] = true;
       if (n.b >= 0) used[static_cast<std::size_t>(n.b)] = true;
     }
-    for (const int in : inputs_)
-      CUTRAIN_REQUIRE(used[static_cast<std::size_t>(in)], InvalidArgument, op, describe(), ": input '",
-                      nodes_[static_cast<std::size_t>(in)].name, "' reaches no output");
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (used[i]) continue;
+      CUTRAIN_REQUIRE(nodes_[i].kind != NodeKind::input, InvalidArgument, op, describe(), ": input '", nodes_[i].name,
+                      "' reaches no output");
+      throw InvalidArgument(op, detail::cat(describe(), ": node ", i, " (", expr(static_cast<int>(i), uses(), true),
+                                            ") reaches no output"));
+    }
     const auto n = inputs_.size() + outputs_.size();
     CUTRAIN_REQUIRE(n <= static_cast<std::size_t>(max_tensors), NotImplemented, op, describe(), ": ", n,
                     " inputs and outputs; a fusion graph takes at most ", max_tensors);
-    CUTRAIN_REQUIRE(!(has(NodeKind::conv2d) && has(NodeKind::matmul)), NotImplemented, op, describe(),
+    CUTRAIN_REQUIRE(!(has_conv() && has(NodeKind::matmul)), NotImplemented, op, describe(),
                     ": a fusion graph holds convolutions or matmuls, not both");
   }
 
@@ -145,15 +225,34 @@ class Graph {
       CUTRAIN_REQUIRE(nodes_[static_cast<std::size_t>(i)].name != name, InvalidArgument, "fusion::Graph", what,
                       " name '", name, "' is taken by an input");
   }
-  std::string expr(int id) const {
+  // How many nodes and outputs use each value.
+  std::vector<int> uses() const {
+    std::vector<int> u(nodes_.size(), 0);
+    for (const Node& n : nodes_) {
+      if (n.a >= 0) ++u[static_cast<std::size_t>(n.a)];
+      if (n.b >= 0) ++u[static_cast<std::size_t>(n.b)];
+    }
+    for (const auto& o : outputs_) ++u[static_cast<std::size_t>(o.first)];
+    return u;
+  }
+  // Node id as text; a node used more than once is "%id", unless `whole` (its definition).
+  std::string expr(int id, const std::vector<int>& u, bool whole) const {
     const Node& n = nodes_[static_cast<std::size_t>(id)];
+    if (n.kind == NodeKind::input) return n.name;
+    if (!whole && u[static_cast<std::size_t>(id)] > 1) return detail::cat("%", id);
+    const auto e = [&](int v) { return expr(v, u, false); };
     switch (n.kind) {
       case NodeKind::input: return n.name;
-      case NodeKind::conv2d: return "conv2d(" + expr(n.a) + ", " + expr(n.b) + ")";
-      case NodeKind::matmul: return "matmul(" + expr(n.a) + ", " + expr(n.b) + ")";
-      case NodeKind::binary: return std::string(to_string(n.binary)) + "(" + expr(n.a) + ", " + expr(n.b) + ")";
-      case NodeKind::scale: return detail::cat("scale(", expr(n.a), ", ", n.alpha, ")");
-      case NodeKind::activation: return std::string(to_string(n.act.kind)) + "(" + expr(n.a) + ")";
+      case NodeKind::conv2d: return "conv2d(" + e(n.a) + ", " + e(n.b) + ")";
+      case NodeKind::matmul: return "matmul(" + e(n.a) + ", " + e(n.b) + ")";
+      case NodeKind::binary: return std::string(to_string(n.binary)) + "(" + e(n.a) + ", " + e(n.b) + ")";
+      case NodeKind::scale: return detail::cat("scale(", e(n.a), ", ", n.alpha, ")");
+      case NodeKind::activation: return std::string(to_string(n.act.kind)) + "(" + e(n.a) + ")";
+      case NodeKind::conv2d_dgrad: return "conv2d_dgrad(" + e(n.a) + ", " + e(n.b) + ")";
+      case NodeKind::conv2d_wgrad: return "conv2d_wgrad(" + e(n.a) + ", " + e(n.b) + ")";
+      case NodeKind::activation_backward:
+        return std::string(to_string(n.act.kind)) + "_backward(" + e(n.a) + ", " + e(n.b) + ")";
+      case NodeKind::sum_to: return detail::cat("sum_to(", e(n.a), ", ", n.shape, ")");
     }
     return "?";
   }
@@ -196,6 +295,29 @@ inline std::vector<Shape> infer_shapes(const Graph& g, const std::vector<Shape>&
         case NodeKind::binary: s[i] = broadcast_shape(to_string(n.binary), at(n.a), at(n.b)); break;
         case NodeKind::scale:
         case NodeKind::activation: s[i] = at(n.a); break;
+        case NodeKind::conv2d_dgrad: {
+          const Shape y = conv2d_output_shape(n.shape, at(n.b), n.conv, "conv2d_dgrad");
+          CUTRAIN_REQUIRE(at(n.a) == y, InvalidArgument, "conv2d_dgrad", "dy ", at(n.a), " is not the output shape ", y,
+                          " of x ", n.shape, " and w ", at(n.b));
+          s[i] = n.shape;
+          break;
+        }
+        case NodeKind::conv2d_wgrad: {
+          const Shape y = conv2d_output_shape(at(n.b), n.shape, n.conv, "conv2d_wgrad");
+          CUTRAIN_REQUIRE(at(n.a) == y, InvalidArgument, "conv2d_wgrad", "dy ", at(n.a), " is not the output shape ", y,
+                          " of x ", at(n.b), " and w ", n.shape);
+          s[i] = n.shape;
+          break;
+        }
+        case NodeKind::activation_backward:
+          CUTRAIN_REQUIRE(at(n.a) == at(n.b), InvalidArgument, "activation_backward", "dy ", at(n.a), " and x ", at(n.b),
+                          " differ in shape");
+          s[i] = at(n.a);
+          break;
+        case NodeKind::sum_to:
+          detail::sum_to_dims("sum_to", at(n.a), n.shape);
+          s[i] = n.shape;
+          break;
       }
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(op, detail::cat(g.describe(), ": node ", i, ": ", e.what()));

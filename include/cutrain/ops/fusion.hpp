@@ -25,6 +25,7 @@
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/elementwise.hpp"
 #include "cutrain/ops/matmul.hpp"
+#include "cutrain/ops/sum_to.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cudnn/fusion.hpp"
@@ -37,6 +38,9 @@ namespace cutrain::inline CUTRAIN_ABI::ops {
 // fallback where cuDNN has no engine for it (Fusion::Options::unfused_fallback).
 template <class T>
 std::vector<Tensor<T>> fusion_unfused(const fusion::Graph& g, std::span<const Tensor<T>> inputs) {
+  g.check_complete("fusion_unfused");
+  CUTRAIN_REQUIRE(inputs.size() == g.inputs().size(), InvalidArgument, "fusion_unfused", g.describe(), ": takes ",
+                  g.inputs().size(), " inputs, got ", inputs.size());
   std::vector<Tensor<T>> v(g.nodes().size());
   for (std::size_t i = 0; i < inputs.size(); ++i) v[static_cast<std::size_t>(g.inputs()[i])] = inputs[i].view();
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
@@ -49,6 +53,10 @@ std::vector<Tensor<T>> fusion_unfused(const fusion::Graph& g, std::span<const Te
       case fusion::NodeKind::binary: v[i] = binary(n.binary, at(n.a), at(n.b)); break;
       case fusion::NodeKind::scale: v[i] = scale(at(n.a), n.alpha); break;
       case fusion::NodeKind::activation: v[i] = activation_forward(at(n.a), n.act); break;
+      case fusion::NodeKind::conv2d_dgrad: v[i] = conv2d_backward_data(at(n.a), at(n.b), n.shape, n.conv); break;
+      case fusion::NodeKind::conv2d_wgrad: v[i] = conv2d_backward_filter(at(n.a), at(n.b), n.shape, n.conv); break;
+      case fusion::NodeKind::activation_backward: v[i] = activation_backward(at(n.b), at(n.a), n.act); break;
+      case fusion::NodeKind::sum_to: v[i] = ops::sum_to(at(n.a), n.shape); break;
     }
   }
   std::vector<Tensor<T>> out;
@@ -122,16 +130,21 @@ class Fusion {
       shapes.push_back(inputs[i].shape());
     }
     const auto all = fusion::infer_shapes(g, shapes, op);
+    // An empty tensor anywhere: cutrain's ops, which take empty tensors on both devices (cuDNN
+    // graphs do not take zero dims).
+    for (const auto& t : inputs)
+      if (t.numel() == 0) return fusion_unfused(g, inputs);
     return detail::dispatch<std::vector<Tensor<T>>>(
         op, [&](const auto&) { return fusion_unfused(g, inputs); },
         CUTRAIN_IF_CUDA([&](const auto&) {
           // Contiguous, 16-byte aligned inputs (cuDNN's engines want both); NHWC intermediates and
-          // 4-d outputs where the first 4-d input is NHWC.
-          bool nhwc = false;
+          // 4-d outputs where the largest 4-d input is NHWC.
+          bool nhwc = false;  // the largest 4-d input's layout (a [1, K, 1, 1] bias has none to speak of)
+          std::int64_t largest = -1;
           for (const auto& t : inputs)
-            if (t.rank() == 4) {
+            if (t.rank() == 4 && t.numel() > largest) {
+              largest = t.numel();
               nhwc = t.layout() == Layout::nhwc;
-              break;
             }
           std::vector<Tensor<T>> ins;
           for (const auto& t : inputs) ins.push_back(detail::contiguous_aligned(t, detail::elementwise_layout(t)));
@@ -141,11 +154,13 @@ class Fusion {
             outs.emplace_back(s, TensorOptions{.layout = nhwc && s.rank() == 4 ? Layout::nhwc : Layout::row_major,
                                                .device = inputs[0].device()});
           }
-          try {
-            cuda::cudnn::fusion_forward<T>(g, id_, all, nhwc, ins, outs);
-          } catch (const CudnnError&) {
-            if (!fallback) throw;
-            return fusion_unfused(g, std::span<const Tensor<T>>(ins));
+          if constexpr (cuda::GpuFloat<T>) {  // dispatch() calls this only then; no body for others
+            try {
+              cuda::cudnn::fusion_forward<T>(g, id_, all, nhwc, ins, outs);
+            } catch (const CudnnError&) {
+              if (!fallback) throw;
+              return fusion_unfused(g, std::span<const Tensor<T>>(ins));
+            }
           }
           return outs;
         }),

@@ -41,7 +41,7 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
                     std::span<const Tensor<T>> inputs, std::span<Tensor<T>> outputs) {
   constexpr std::string_view op = "fusion";
   const int dev = inputs[0].device().index;
-  const bool has_conv = g.has(fusion::NodeKind::conv2d);
+  const bool has_conv = g.has_conv();
   // TF32 is a tensor-core matter: pointwise-only graphs are built without that filter (in f32 no
   // engine is left with it), as cutrain's activation and norm graphs are.
   const bool tensor_cores = has_conv || g.has(fusion::NodeKind::matmul);
@@ -54,7 +54,9 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
   BuiltGraph* bg = store.find(key);
   if (!bg) {
     const bool tf32 = std::same_as<T, float> && tensor_cores && !strict;
-    std::string text = cutrain::detail::cat("fusion ", dtype_of<T>, tf32 ? "+tf32" : "", nhwc ? " nhwc " : " ", g.describe());
+    // describe() for the reader, key_text() (every parameter) for plan files and the tuning cache.
+    std::string text = cutrain::detail::cat("fusion ", dtype_of<T>, tf32 ? "+tf32" : "", nhwc ? " nhwc " : " ", g.describe(),
+                                            " {", g.key_text(), "}");
     const auto& nodes = g.nodes();
     for (std::size_t i = 0; i < inputs.size(); ++i)
       text += signature((" " + nodes[static_cast<std::size_t>(g.inputs()[i])].name).c_str(), inputs[i].shape(),
@@ -98,6 +100,20 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
             break;
           }
           case fusion::NodeKind::activation: Y = fg->pointwise(A, detail::activation_attributes(n.act, false)); break;
+          case fusion::NodeKind::conv2d_dgrad:
+            Y = fg->conv_dgrad(A, B, detail::conv_attributes<fg_::Conv_dgrad_attributes>(n.conv));
+            break;
+          case fusion::NodeKind::conv2d_wgrad:
+            Y = fg->conv_wgrad(A, B, detail::conv_attributes<fg_::Conv_wgrad_attributes>(n.conv));
+            break;
+          case fusion::NodeKind::activation_backward:
+            Y = fg->pointwise(A, B, detail::activation_attributes(n.act, true));
+            break;
+          case fusion::NodeKind::sum_to:
+            Y = fg->reduction(A, fg_::Reduction_attributes()
+                                     .set_mode(fe::ReductionMode_t::ADD)
+                                     .set_compute_data_type(fe::DataType_t::FLOAT));
+            break;
         }
         const Shape& s = shapes[i];
         const auto [d, st] = fusion::at_rank(s, fusion::packed_strides(s, nhwc), r);
