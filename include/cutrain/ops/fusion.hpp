@@ -33,14 +33,10 @@
 
 namespace cutrain::inline CUTRAIN_ABI::ops {
 
-// The composition of cutrain's ops that g describes, on the inputs' device: the CPU's
-// implementation of a fusion, the reference its GPU graph is tested against, and the GPU's
-// fallback where cuDNN has no engine for it (Fusion::Options::unfused_fallback).
+namespace detail {
+// fusion_unfused on a graph and inputs already checked (ops::Fusion checks them once, not per call).
 template <class T>
-std::vector<Tensor<T>> fusion_unfused(const fusion::Graph& g, std::span<const Tensor<T>> inputs) {
-  g.check_complete("fusion_unfused");
-  CUTRAIN_REQUIRE(inputs.size() == g.inputs().size(), InvalidArgument, "fusion_unfused", g.describe(), ": takes ",
-                  g.inputs().size(), " inputs, got ", inputs.size());
+std::vector<Tensor<T>> run_unfused(const fusion::Graph& g, std::span<const Tensor<T>> inputs) {
   std::vector<Tensor<T>> v(g.nodes().size());
   for (std::size_t i = 0; i < inputs.size(); ++i) v[static_cast<std::size_t>(g.inputs()[i])] = inputs[i].view();
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
@@ -62,6 +58,18 @@ std::vector<Tensor<T>> fusion_unfused(const fusion::Graph& g, std::span<const Te
   std::vector<Tensor<T>> out;
   for (const auto& o : g.outputs()) out.push_back(v[static_cast<std::size_t>(o.first)].view());
   return out;
+}
+}  // namespace detail
+
+// The composition of cutrain's ops that g describes, on the inputs' device: the CPU's
+// implementation of a fusion, the reference its GPU graph is tested against, and the GPU's
+// fallback where cuDNN has no engine for it (Fusion::Options::unfused_fallback).
+template <class T>
+std::vector<Tensor<T>> fusion_unfused(const fusion::Graph& g, std::span<const Tensor<T>> inputs) {
+  g.check_complete("fusion_unfused");
+  CUTRAIN_REQUIRE(inputs.size() == g.inputs().size(), InvalidArgument, "fusion_unfused", g.describe(), ": takes ",
+                  g.inputs().size(), " inputs, got ", inputs.size());
+  return detail::run_unfused(g, inputs);
 }
 
 struct FusionOptions {
@@ -124,7 +132,7 @@ class Fusion {
                     g.inputs().size(), " inputs, got ", inputs.size());
     std::vector<Shape> shapes;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const std::string name = g.nodes()[static_cast<std::size_t>(g.inputs()[i])].name;
+      const std::string& name = g.nodes()[static_cast<std::size_t>(g.inputs()[i])].name;
       check::defined(op, inputs[i], name);
       check::same_device(op, inputs[0], inputs[i]);
       shapes.push_back(inputs[i].shape());
@@ -133,9 +141,9 @@ class Fusion {
     // An empty tensor anywhere: cutrain's ops, which take empty tensors on both devices (cuDNN
     // graphs do not take zero dims).
     for (const auto& t : inputs)
-      if (t.numel() == 0) return fusion_unfused(g, inputs);
+      if (t.numel() == 0) return detail::run_unfused(g, inputs);
     return detail::dispatch<std::vector<Tensor<T>>>(
-        op, [&](const auto&) { return fusion_unfused(g, inputs); },
+        op, [&](const auto&) { return detail::run_unfused(g, inputs); },
         CUTRAIN_IF_CUDA([&](const auto&) {
           // Contiguous, 16-byte aligned inputs (cuDNN's engines want both); NHWC intermediates and
           // 4-d outputs where the largest 4-d input is NHWC.
@@ -159,7 +167,7 @@ class Fusion {
               cuda::cudnn::fusion_forward<T>(g, id_, all, nhwc, ins, outs);
             } catch (const CudnnError&) {
               if (!fallback) throw;
-              return fusion_unfused(g, std::span<const Tensor<T>>(ins));
+              return detail::run_unfused(g, std::span<const Tensor<T>>(ins));
             }
           }
           return outs;

@@ -6,6 +6,7 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -131,11 +132,11 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
       return b;
     });
   }
-  std::vector<const void*> ptrs;
-  ptrs.reserve(inputs.size() + outputs.size());
-  for (const auto& t : inputs) ptrs.push_back(t.data());
-  for (auto& t : outputs) ptrs.push_back(t.data());
-  execute(*bg, dev, std::span<const void* const>(ptrs.data(), ptrs.size()), op);
+  std::array<const void*, fusion::Graph::max_tensors> ptrs{};  // check_complete: inputs + outputs fit
+  std::size_t n = 0;
+  for (const auto& t : inputs) ptrs[n++] = t.data();
+  for (auto& t : outputs) ptrs[n++] = t.data();
+  execute(*bg, dev, std::span<const void* const>(ptrs.data(), n), op);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn
