@@ -11,7 +11,7 @@
 //    axis and along axis 1, a broadcast add, layer norm, an embedding lookup (index_select);
 //  - the fusions of docs/fusion.md (ops::Fusion, bf16) against the same graph as separate
 //    cutrain ops (ops::fusion_unfused): conv + bias + residual + relu, matmul + bias + gelu,
-//    scale + shift + relu.
+//    scale + shift + relu, layer norm * modulation + silu.
 // Timing as in docs/performance.md (method): CUDA events around 10 back-to-back calls, median of 30 after
 // warm-up, same buffers.
 //   build/bench/bench_ops_gpu --benchmark_out=ops.json --benchmark_out_format=json
@@ -260,7 +260,7 @@ void run_general(benchmark::State& state, General what) {
   state.counters["median_ms"] = ms;
 }
 
-enum class Fused { residual_block, matmul_bias_gelu, scale_shift_relu };
+enum class Fused { residual_block, matmul_bias_gelu, scale_shift_relu, layer_norm_mod_silu };
 
 // One fusion of docs/fusion.md in bf16, one cuDNN graph (fused) or cutrain's separate ops.
 void run_fusion(benchmark::State& state, Fused what, bool fused) {
@@ -285,12 +285,20 @@ void run_fusion(benchmark::State& state, Fused what, bool fused) {
     auto a = g.input("a"), w = g.input("w"), b = g.input("bias");
     g.output(g.gelu(g.add(g.matmul(a, w), b)), "y");
     set(rand({8, 1024, 768}), rand({768, 3072}), rand({3072}));
-  } else {
+  } else if (what == Fused::scale_shift_relu) {
     auto x = g.input("x"), s = g.input("scale"), t = g.input("shift");
     g.output(g.relu(g.add(g.mul(x, s), t)), "y");
     set(rand({32, 64, 56, 56}, Layout::nhwc), rand({1, 64, 1, 1}), rand({1, 64, 1, 1}));
+  } else {  // 8192 tokens of 768 as [rows, D, 1, 1]; s modulates each token (adaLN-style)
+    auto x = g.input("x"), ga = g.input("gamma"), be = g.input("beta"), s = g.input("s");
+    g.output(g.silu(g.mul(g.layer_norm(x, ga, be), s)), "y");
+    set(rand({8192, 768, 1, 1}), rand({768, 1, 1}), rand({768, 1, 1}), rand({8192, 768, 1, 1}));
   }
   const ops::Fusion f(std::move(g));
+  if (const std::string why = fused ? f.unsupported(in) : ""; !why.empty()) {
+    state.SkipWithError(("no engine: " + why).c_str());
+    return;
+  }
   double ms = 0;
   for (auto _ : state) {
     ms = fused ? median_ms([&] { benchmark::DoNotOptimize(f(in)); })
@@ -348,7 +356,8 @@ const int registered = [] {
         ->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   for (auto [what, name] : {std::pair{Fused::residual_block, "conv_bias_add_relu_32x64x56x56_k64_3x3"},
                             {Fused::matmul_bias_gelu, "matmul_bias_gelu_8x1024x768_3072"},
-                            {Fused::scale_shift_relu, "scale_shift_relu_32x64x56x56"}})
+                            {Fused::scale_shift_relu, "scale_shift_relu_32x64x56x56"},
+                            {Fused::layer_norm_mod_silu, "layer_norm_mul_silu_8192x768"}})
     for (bool fused : {true, false})
       benchmark::RegisterBenchmark((std::string("bf16_fusion/") + name + (fused ? "/fused" : "/unfused")).c_str(),
                                    [what = what, fused](benchmark::State& st) { run_fusion(st, what, fused); })

@@ -148,8 +148,10 @@ def run_fusion():
     mlp = lambda: F.gelu(torch.matmul(a, wm) + bm)
     xs, sc, sh = r(32, 64, 56, 56).to(memory_format=cl), r(1, 64, 1, 1), r(1, 64, 1, 1)
     norm = lambda: F.relu(xs * sc + sh)
+    xt, gt, bt, st = r(8192, 768), r(768), r(768), r(8192, 768)
+    mod = lambda: F.silu(F.layer_norm(xt, (768,), gt, bt) * st)
     for name, fn in [("conv_bias_add_relu_32x64x56x56_k64_3x3", block), ("matmul_bias_gelu_8x1024x768_3072", mlp),
-                     ("scale_shift_relu_32x64x56x56", norm)]:
+                     ("scale_shift_relu_32x64x56x56", norm), ("layer_norm_mul_silu_8192x768", mod)]:
         t = median_ms(fn)
         res[f"bf16_fusion/{name}/fused"] = t
         res[f"bf16_fusion/{name}/unfused"] = t

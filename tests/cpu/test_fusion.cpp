@@ -1,7 +1,8 @@
 // Fusion graphs (core/fusion.hpp, ops/fusion.hpp) on the CPU: the builder's checks and text, shape
 // inference, the GPU description's ranks and strides, and ops::Fusion's values against
 // references written out element by element (conv + bias + residual + relu, matmul + bias +
-// gelu, a frozen batch norm's scale and shift + relu) in f64; autograd::fused's gradients
+// gelu, a frozen batch norm's scale and shift + relu, layer and RMS norm with a scale and an
+// activation) in f64; autograd::fused's gradients
 // against finite differences in f64; every bad input's error.
 #include "bad_input.hpp"
 #include "gradcheck.hpp"
@@ -150,6 +151,49 @@ TEST_CASE("fusion: matmul + bias + gelu, and a frozen batch norm + relu (f64)", 
                 Approx(std::max(0.0, 0.5 * X(i, c, h, w) * S(0, c, 0, 0) + T(0, c, 0, 0))).margin(1e-12));
 }
 
+// g: y = silu(layer_norm(x, gamma, beta) * s), s a per-sample, per-channel modulation [N, C, 1, 1].
+fusion::Graph modulated_norm() {
+  fusion::Graph g;
+  auto x = g.input("x"), gamma = g.input("gamma"), beta = g.input("beta"), s = g.input("s");
+  g.output(g.silu(g.mul(g.layer_norm(x, gamma, beta, 1e-3), s)), "y");
+  return g;
+}
+
+TEST_CASE("fusion: layer norm + modulation + silu, rms norm + scale + relu (f64)", "[fusion]") {
+  Rng rng(15);
+  const ops::Fusion f(modulated_norm());
+  CHECK(f.graph().describe() == "y = silu(mul(layer_norm(x, gamma, beta), s))");
+  CHECK(f.graph().norm_parameters() == std::vector<bool>{false, true, true, false});
+  auto X = random({2, 3, 2, 4}, rng), G = random({3, 2, 4}, rng), B = random({3, 2, 4}, rng), S = random({2, 3, 1, 1}, rng);
+  const auto y = std::move(f(X, G, B, S)[0]);
+  REQUIRE(y.shape() == X.shape());
+  const auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+  for (std::int64_t n = 0; n < 2; ++n) {
+    double mean = 0, var = 0;
+    for (std::int64_t i = 0; i < 24; ++i) mean += X.flat(n * 24 + i) / 24;
+    for (std::int64_t i = 0; i < 24; ++i) var += (X.flat(n * 24 + i) - mean) * (X.flat(n * 24 + i) - mean) / 24;
+    for (std::int64_t c = 0; c < 3; ++c)
+      for (std::int64_t h = 0; h < 2; ++h)
+        for (std::int64_t w = 0; w < 4; ++w) {
+          const double ln = (X(n, c, h, w) - mean) / std::sqrt(var + 1e-3) * G(c, h, w) + B(c, h, w);
+          CHECK(y(n, c, h, w) == Approx(silu(ln * S(n, c, 0, 0))).margin(1e-12));
+        }
+  }
+
+  fusion::Graph r;
+  auto x = r.input("x"), gamma = r.input("gamma");
+  r.output(r.relu(r.scale(r.rms_norm(x, gamma, 1e-4), 1.5)), "y");
+  const ops::Fusion rf(std::move(r));
+  auto X2 = random({3, 5, 1, 1}, rng), G2 = random({5, 1, 1}, rng);
+  const auto y2 = std::move(rf(X2, G2)[0]);
+  for (std::int64_t n = 0; n < 3; ++n) {
+    double ms = 0;
+    for (std::int64_t c = 0; c < 5; ++c) ms += X2(n, c, 0, 0) * X2(n, c, 0, 0) / 5;
+    for (std::int64_t c = 0; c < 5; ++c)
+      CHECK(y2(n, c, 0, 0) == Approx(std::max(0.0, 1.5 * G2(c, 0, 0) * X2(n, c, 0, 0) / std::sqrt(ms + 1e-4))).margin(1e-12));
+  }
+}
+
 TEST_CASE("autograd::fused: every input's gradient matches finite differences (f64)", "[fusion][autograd]") {
   Rng rng(14);
   const auto check = [&](const std::string& name, const ops::Fusion& f, std::vector<Tensor<double>> x) {
@@ -169,6 +213,8 @@ TEST_CASE("autograd::fused: every input's gradient matches finite differences (f
   m.output(m.tanh(m.scale(m.sub(m.gelu(m.add(m.matmul(a, w), b)), s), 0.7)), "y");
   check("matmul mlp", ops::Fusion(std::move(m)), tensors(random({2, 3, 4}, rng), random({4, 5}, rng), random({5}, rng),
                                                            random({3, 1}, rng)));
+  check("modulated layer norm", ops::Fusion(modulated_norm()),
+        tensors(random({2, 3, 2, 2}, rng), random({3, 2, 2}, rng), random({3, 2, 2}, rng), random({2, 3, 1, 1}, rng)));
   // Inputs that need no gradient get none; with none needing one, no graph is recorded.
   const ops::Fusion f(residual_block({}));
   std::vector<autograd::Var<double>> v{autograd::Var<double>(random({1, 2, 4, 4}, rng), true),
@@ -257,6 +303,7 @@ TEST_CASE("fusion: bad graphs and bad inputs name the pattern and the reason", "
   auto x = random({2, 3, 6, 6}, rng), w = random({4, 3, 3, 3}, rng), b = random({1, 4, 1, 1}, rng);
   auto r = random({2, 4, 4, 4}, rng);
   const ops::Fusion f(residual_block({}));
+  const ops::Fusion mn(modulated_norm());
   run_cases({
       bad<InvalidArgument>("output is an input", "fusion::Graph::output", {"'x' is an input"},
                            [] {
@@ -314,6 +361,39 @@ TEST_CASE("fusion: bad graphs and bad inputs name the pattern and the reason", "
                             g.output(g.matmul(g.conv2d(a, k), m), "y");
                             ops::Fusion{std::move(g)};
                           }),
+      bad<InvalidArgument>("norm eps", "fusion::Graph", {"layer_norm", "eps must be finite and > 0"},
+                           [] {
+                             fusion::Graph g;
+                             g.layer_norm(g.input("x"), g.input("g"), g.input("b"), 0.0);
+                           }),
+      bad<InvalidArgument>("norm gamma used elsewhere", "ops::Fusion", {"'g' is a norm's gamma or beta"},
+                           [] {
+                             fusion::Graph g;
+                             auto x = g.input("x"), gm = g.input("g");
+                             g.output(g.add(g.rms_norm(x, gm), gm), "y");
+                             ops::Fusion{std::move(g)};
+                           }),
+      bad<InvalidArgument>("computed gamma", "ops::Fusion", {"gamma and beta must be graph inputs"},
+                           [] {
+                             fusion::Graph g;
+                             auto x = g.input("x"), gm = g.input("g");
+                             g.output(g.rms_norm(x, g.relu(gm)), "y");
+                             ops::Fusion{std::move(g)};
+                           }),
+      bad<NotImplemented>("norm and matmul", "ops::Fusion", {"no matmul"},
+                          [] {
+                            fusion::Graph g;
+                            auto x = g.input("x"), gm = g.input("g"), m = g.input("m");
+                            g.output(g.matmul(g.rms_norm(x, gm), m), "y");
+                            ops::Fusion{std::move(g)};
+                          }),
+      bad<InvalidArgument>("norm of a 2-d x", "fusion", {"layer_norm", "must be 4-d", "[rows, D, 1, 1]"},
+                           [&] { mn(random({4, 6}, rng), random({6}, rng), random({6}, rng), random({4, 6}, rng)); }),
+      bad<InvalidArgument>("norm gamma shape", "fusion", {"gamma [3,2]", "[3,2,2]"},
+                           [&] {
+                             mn(random({2, 3, 2, 2}, rng), random({3, 2}, rng), random({3, 2, 2}, rng),
+                                random({2, 3, 1, 1}, rng));
+                           }),
       bad<InvalidArgument>("too few inputs", "fusion", {"takes 4 inputs, got 3"}, [&] { f(x, w, b); }),
       bad<InvalidArgument>("undefined input", "fusion", {"bias"}, [&] { f(x, w, Tensor<double>{}, r); }),
       bad<InvalidArgument>("residual shape", "fusion", {"node 6: cutrain::add", "[2,4,4,4]", "[2,4,5,5]"},

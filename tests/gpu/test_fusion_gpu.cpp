@@ -1,14 +1,17 @@
 // Fusion graphs (ops/fusion.hpp) on cuDNN against the composition of cutrain's ops on the CPU in
 // f64, on fresh random data: conv + bias + residual add + relu (NHWC), matmul + bias + gelu, and
-// a frozen batch norm's scale + shift + relu, in f32, bf16 and f16; the backward nodes (dgrad,
+// a frozen batch norm's scale + shift + relu, layer norm * modulation + silu and RMS norm + scale
+// + relu, in f32, bf16 and f16; the backward nodes (dgrad,
 // dgrad + relu backward, wgrad, relu backward + bias sum) in bf16; a built graph is reused; a
-// pattern with no engine throws a CudnnError naming it, and runs unfused when asked.
+// pattern with no engine throws a CudnnError naming it, and runs unfused when asked; autograd::fused
+// (user backward graphs, and cutrain's unfused backward) against the CPU.
 #include "parity.hpp"
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "cutrain/autograd/functions/fusion.hpp"
 #include "cutrain/ops/fusion.hpp"
 
 namespace cutrain_test_fusion_gpu {  // one per file: the unity build compiles files together
@@ -95,6 +98,64 @@ void run_documented(Rng& rng) {
   CHECK(check_fusion<T>("scale+shift+relu", norm, {Shape{8, 64, 14, 14}, Shape{1, 64, 1, 1}, Shape{1, 64, 1, 1}}, true, rng));
 }
 
+// y = silu(layer_norm(x, gamma, beta) * s): a norm, a per-sample modulation, an activation.
+fusion::Graph modulated_norm() {
+  fusion::Graph g;
+  auto x = g.input("x"), gamma = g.input("gamma"), beta = g.input("beta"), s = g.input("s");
+  g.output(g.silu(g.mul(g.layer_norm(x, gamma, beta), s)), "y");
+  return g;
+}
+
+template <class T>
+void run_norms(Rng& rng) {
+  const double tol = std::same_as<T, float> ? 1e-4 : 3e-2;
+  const ops::Fusion mod(modulated_norm(), {.unfused_fallback = true});
+  // [rows, D] as [rows, D, 1, 1] (a transformer's tokens), and a conv's [N, C, H, W].
+  check_fusion<T>("layer_norm*s+silu rows", mod, {Shape{256, 768, 1, 1}, Shape{768, 1, 1}, Shape{768, 1, 1},
+                                                  Shape{256, 768, 1, 1}}, false, rng, tol);
+  check_fusion<T>("layer_norm*s+silu nchw", mod, {Shape{8, 64, 14, 14}, Shape{64, 14, 14}, Shape{64, 14, 14},
+                                                  Shape{8, 64, 1, 1}}, false, rng, tol);
+  fusion::Graph ln;
+  {
+    auto x = ln.input("x"), gamma = ln.input("gamma"), beta = ln.input("beta");
+    ln.output(ln.layer_norm(x, gamma, beta), "y");
+  }
+  check_fusion<T>("layer_norm", ops::Fusion(std::move(ln), {.unfused_fallback = true}),
+                  {Shape{256, 768, 1, 1}, Shape{768, 1, 1}, Shape{768, 1, 1}}, false, rng, tol);
+  fusion::Graph rms;
+  {
+    auto x = rms.input("x"), gamma = rms.input("gamma");
+    rms.output(rms.relu(rms.scale(rms.rms_norm(x, gamma), 0.5)), "y");
+  }
+  check_fusion<T>("rms_norm*0.5+relu", ops::Fusion(std::move(rms), {.unfused_fallback = true}),
+                  {Shape{256, 768, 1, 1}, Shape{768, 1, 1}}, false, rng, tol);
+}
+
+// autograd::fused(f, inputs, backward) on the GPU in T and on the CPU in f64 from the same values:
+// the output and every input's gradient, for the same random output gradient.
+template <class T>
+void check_fused_grads(const std::string& what, const ops::Fusion& f, const std::vector<ops::Fusion>& bwd,
+                       const std::vector<Shape>& shapes, bool nhwc, Rng& rng, double tol) {
+  std::vector<autograd::Var<T>> gv;
+  std::vector<autograd::Var<double>> cv;
+  for (const auto& s : shapes) {
+    auto [t, r] = random_pair<T>(s, rng, nhwc && s.rank() == 4 ? Layout::nhwc : Layout::row_major);
+    gv.emplace_back(std::move(t), true);
+    cv.emplace_back(std::move(r), true);
+  }
+  auto gy = autograd::fused(f, gv, bwd);
+  auto cy = autograd::fused(f, cv);  // the CPU reference: cutrain's unfused backward ops in f64
+  auto [dy, dyr] = random_pair<T>(cy.value().shape(), rng, gy.value().layout());
+  check_close(what + " y", gy.value(), cy.value(), tol);
+  gy.backward(dy);
+  cy.backward(dyr);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const std::string& name = f.graph().nodes()[static_cast<std::size_t>(f.graph().inputs()[i])].name;
+    REQUIRE(gv[i].grad().defined());
+    check_close(what + " d" + name, gv[i].grad(), cv[i].grad(), tol);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("gpu fusion: the documented fusions match the unfused ops in f64", "[gpu][fusion]") {
@@ -102,6 +163,13 @@ TEST_CASE("gpu fusion: the documented fusions match the unfused ops in f64", "[g
   SECTION("f32") { run_documented<float>(rng); }
   SECTION("bf16") { run_documented<bfloat16>(rng); }
   SECTION("f16") { run_documented<cutrain::half>(rng); }
+}
+
+TEST_CASE("gpu fusion: layer and RMS norm with a scale and an activation match in f64", "[gpu][fusion]") {
+  Rng rng(75);
+  SECTION("f32") { run_norms<float>(rng); }
+  SECTION("bf16") { run_norms<bfloat16>(rng); }
+  SECTION("f16") { run_norms<cutrain::half>(rng); }
 }
 
 TEST_CASE("gpu fusion: backward nodes match the unfused ops in f64 (bf16 NHWC)", "[gpu][fusion]") {
@@ -137,6 +205,32 @@ TEST_CASE("gpu fusion: backward nodes match the unfused ops in f64 (bf16 NHWC)",
     g.output(g.sum_to(g.activation_backward(dy, y, {.kind = Activation::relu}), Shape{1, 64, 1, 1}), "dbias");
     one("relu_backward+sum_to", std::move(g), {ys, ys}, false);
   }
+}
+
+TEST_CASE("gpu fusion: autograd::fused's gradients match the CPU's in f64", "[gpu][fusion][autograd]") {
+  Rng rng(76);
+  // The residual block with docs/fusion.md's three backward graphs (bf16 NHWC): each fused on the GPU.
+  const Conv2dParams p{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const Shape xs{4, 32, 16, 16}, ws{64, 32, 3, 3}, ys{4, 64, 16, 16};
+  fusion::Graph a, b, c;
+  {
+    auto dr = a.activation_backward(a.input("dy"), a.input("y"), {.kind = Activation::relu});
+    a.output(dr, "dresidual");
+    a.output(a.sum_to(dr, Shape{1, 64, 1, 1}), "dbias");
+    b.output(b.conv2d_dgrad(b.input("dresidual"), b.input("w"), p, xs), "dx");
+    c.output(c.conv2d_wgrad(c.input("dresidual"), c.input("x"), p, ws), "dw");
+  }
+  std::vector<ops::Fusion> bwd;  // sum_to has no engine on the H200: that graph may run unfused
+  bwd.emplace_back(std::move(a), ops::FusionOptions{.unfused_fallback = true});
+  bwd.emplace_back(std::move(b));
+  bwd.emplace_back(std::move(c));
+  check_fused_grads<bfloat16>("residual block", ops::Fusion(residual_block()), bwd,
+                              {xs, ws, Shape{1, 64, 1, 1}, ys}, true, rng, 3e-2);
+  // The modulated layer norm with cutrain's unfused backward ops (recomputed on the GPU), f32 and bf16.
+  const ops::Fusion mod(modulated_norm(), {.unfused_fallback = true});
+  const std::vector<Shape> ms{Shape{64, 96, 1, 1}, Shape{96, 1, 1}, Shape{96, 1, 1}, Shape{64, 96, 1, 1}};
+  check_fused_grads<float>("modulated layer norm f32", mod, {}, ms, false, rng, 1e-4);
+  check_fused_grads<bfloat16>("modulated layer norm bf16", mod, {}, ms, false, rng, 3e-2);
 }
 
 TEST_CASE("gpu fusion: a built graph is reused; a new signature builds once", "[gpu][fusion]") {

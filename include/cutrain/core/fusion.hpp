@@ -1,6 +1,6 @@
 // A fusion graph's description: inputs (placeholders), nodes (convolution forward, backward data
 // and backward filter, matmul, pointwise binary ops, scale, activations and their backward, sums
-// down to a shape) and outputs, independent of dtype and device. Its shapes come
+// down to a shape, layer and RMS norm) and outputs, independent of dtype and device. Its shapes come
 // from the tensors it is run on (infer_shapes). ops/fusion.hpp runs it: as one cuDNN graph on the
 // GPU (cuda/cudnn/fusion.hpp), as the composition of cutrain's ops on the CPU.
 #pragma once
@@ -27,6 +27,7 @@ namespace cutrain::inline CUTRAIN_ABI::fusion {
 enum class NodeKind : std::uint8_t {
   input, conv2d, matmul, binary, scale, activation,
   conv2d_dgrad, conv2d_wgrad, activation_backward, sum_to,
+  layer_norm, rms_norm,  // new kinds go last: key_text numbers them
 };
 
 // A value of the graph: an input or a node's result (an index into Graph::nodes()).
@@ -36,11 +37,11 @@ struct Value {
 
 struct Node {
   NodeKind kind = NodeKind::input;
-  int a = -1, b = -1;  // operands (node ids); -1: none
+  int a = -1, b = -1, c = -1;  // operands (node ids); -1: none
   Conv2dParams conv{};
   BinaryOp binary = BinaryOp::add;
   ActivationParams act{};
-  double alpha = 1.0;  // scale
+  double alpha = 1.0;  // scale; layer_norm, rms_norm: epsilon
   Shape shape{};       // conv2d_dgrad: x's shape; conv2d_wgrad: w's shape; sum_to: the target
   std::string name{};  // inputs and outputs
 };
@@ -50,6 +51,9 @@ class Graph {
   // Inputs and outputs the GPU's variant pack takes: cuDNN graphs here take at most 16 tensors.
   static constexpr int max_tensors = 16;
 
+  // A placeholder; tensors are passed in the order of input() calls. Declare inputs in their own
+  // statements (auto x = g.input("x"), w = g.input("w");), not inside another call's arguments,
+  // whose order of evaluation C++ leaves unspecified.
   Value input(std::string name) {
     check_name("input", name);
     Value v = push(Node{.kind = NodeKind::input, .name = std::move(name)});
@@ -102,6 +106,19 @@ class Graph {
   Value sum_to(Value v, Shape shape) {
     return push(Node{.kind = NodeKind::sum_to, .a = arg("sum_to", v), .shape = std::move(shape)});
   }
+  // Layer norm of a 4-d x [N, C, H, W] over C, H, W per sample, gamma and beta of shape
+  // [C, H, W] (as ops::layer_norm_forward with gamma of every dim of x but the first; view
+  // [rows, D] as [rows, D, 1, 1]). gamma and beta are graph inputs used by norms only.
+  Value layer_norm(Value x, Value gamma, Value beta, double eps = 1e-5) {
+    check_eps("layer_norm", eps);
+    return push(Node{.kind = NodeKind::layer_norm, .a = arg("layer_norm", x), .b = arg("layer_norm", gamma),
+                     .c = arg("layer_norm", beta), .alpha = eps});
+  }
+  // RMS norm likewise (as ops::rms_norm_forward): gamma * x / sqrt(mean(x^2) + eps).
+  Value rms_norm(Value x, Value gamma, double eps = 1e-5) {
+    check_eps("rms_norm", eps);
+    return push(Node{.kind = NodeKind::rms_norm, .a = arg("rms_norm", x), .b = arg("rms_norm", gamma), .alpha = eps});
+  }
   Value relu(Value a) { return activation(a, {.kind = Activation::relu}); }
   Value gelu(Value a) { return activation(a, {.kind = Activation::gelu_erf}); }
   Value gelu_tanh(Value a) { return activation(a, {.kind = Activation::gelu_tanh}); }
@@ -136,6 +153,15 @@ class Graph {
     return !has(NodeKind::conv2d_dgrad) && !has(NodeKind::conv2d_wgrad) && !has(NodeKind::activation_backward) &&
            !has(NodeKind::sum_to);
   }
+  static bool is_norm(NodeKind k) { return k == NodeKind::layer_norm || k == NodeKind::rms_norm; }
+  // Per input (g.inputs() order): whether it is a norm's gamma or beta, which the GPU takes in f32.
+  std::vector<bool> norm_parameters() const {
+    std::vector<bool> p(inputs_.size(), false);
+    for (std::size_t i = 0; i < inputs_.size(); ++i)
+      for (const Node& n : nodes_)
+        if (is_norm(n.kind) && (n.b == inputs_[i] || n.c == inputs_[i])) p[i] = true;
+    return p;
+  }
 
   // The pattern as text, for messages: "y = relu(add(conv2d(x, w), bias))"; a node used more
   // than once is written once, as "%3 = ...", and named %3 where it is used.
@@ -161,6 +187,7 @@ class Graph {
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const Node& n = nodes_[i];
       s += detail::cat(i ? ";" : "", "%", i, "=", static_cast<int>(n.kind), "(", n.a, ",", n.b);
+      if (n.c >= 0) s += detail::cat(",", n.c);
       switch (n.kind) {
         case NodeKind::input: s += "," + n.name; break;
         case NodeKind::conv2d: case NodeKind::conv2d_dgrad: case NodeKind::conv2d_wgrad: {
@@ -171,7 +198,7 @@ class Graph {
           break;
         }
         case NodeKind::binary: s += detail::cat(",", static_cast<int>(n.binary)); break;
-        case NodeKind::scale: s += "," + num(n.alpha); break;
+        case NodeKind::scale: case NodeKind::layer_norm: case NodeKind::rms_norm: s += "," + num(n.alpha); break;
         case NodeKind::activation: case NodeKind::activation_backward:
           s += detail::cat(",", static_cast<int>(n.act.kind), ",") + num(n.act.alpha);
           break;
@@ -194,6 +221,7 @@ class Graph {
       const Node& n = nodes_[static_cast<std::size_t>(i)];
       if (n.a >= 0) used[static_cast<std::size_t>(n.a)] = true;
       if (n.b >= 0) used[static_cast<std::size_t>(n.b)] = true;
+      if (n.c >= 0) used[static_cast<std::size_t>(n.c)] = true;
     }
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       if (used[i]) continue;
@@ -207,6 +235,22 @@ class Graph {
                     " inputs and outputs; a fusion graph takes at most ", max_tensors);
     CUTRAIN_REQUIRE(!(has_conv() && has(NodeKind::matmul)), NotImplemented, op, describe(),
                     ": a fusion graph holds convolutions or matmuls, not both");
+    CUTRAIN_REQUIRE(!(has(NodeKind::matmul) && (has(NodeKind::layer_norm) || has(NodeKind::rms_norm))), NotImplemented,
+                    op, describe(), ": a fusion graph with a norm takes 4-d tensors and no matmul");
+    // A norm's gamma and beta are inputs the GPU passes in f32: they feed norms' parameters only.
+    const auto params = norm_parameters();
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      if (!params[i]) continue;
+      for (const Node& m : nodes_)
+        CUTRAIN_REQUIRE(m.a != inputs_[i] && (is_norm(m.kind) || m.b != inputs_[i]), InvalidArgument, op, describe(),
+                        ": '", nodes_[static_cast<std::size_t>(inputs_[i])].name,
+                        "' is a norm's gamma or beta and so may feed norms' gamma and beta only");
+    }
+    for (const Node& m : nodes_)
+      if (is_norm(m.kind))
+        for (const int p : {m.b, m.c})
+          CUTRAIN_REQUIRE(p < 0 || nodes_[static_cast<std::size_t>(p)].kind == NodeKind::input, InvalidArgument, op,
+                          describe(), ": a norm's gamma and beta must be graph inputs");
   }
 
  private:
@@ -218,6 +262,10 @@ class Graph {
     CUTRAIN_REQUIRE(v.id >= 0 && v.id < static_cast<int>(nodes_.size()), InvalidArgument, "fusion::Graph", what,
                     ": value ", v.id, " is not of this graph (", nodes_.size(), " values)");
     return v.id;
+  }
+  static void check_eps(std::string_view what, double eps) {
+    CUTRAIN_REQUIRE(std::isfinite(eps) && eps > 0, InvalidArgument, "fusion::Graph", what,
+                    ": eps must be finite and > 0, got ", eps);
   }
   void check_name(std::string_view what, const std::string& name) const {
     CUTRAIN_REQUIRE(!name.empty(), InvalidArgument, "fusion::Graph", what, " needs a name");
@@ -231,6 +279,7 @@ class Graph {
     for (const Node& n : nodes_) {
       if (n.a >= 0) ++u[static_cast<std::size_t>(n.a)];
       if (n.b >= 0) ++u[static_cast<std::size_t>(n.b)];
+      if (n.c >= 0) ++u[static_cast<std::size_t>(n.c)];
     }
     for (const auto& o : outputs_) ++u[static_cast<std::size_t>(o.first)];
     return u;
@@ -253,6 +302,8 @@ class Graph {
       case NodeKind::activation_backward:
         return std::string(to_string(n.act.kind)) + "_backward(" + e(n.a) + ", " + e(n.b) + ")";
       case NodeKind::sum_to: return detail::cat("sum_to(", e(n.a), ", ", n.shape, ")");
+      case NodeKind::layer_norm: return "layer_norm(" + e(n.a) + ", " + e(n.b) + ", " + e(n.c) + ")";
+      case NodeKind::rms_norm: return "rms_norm(" + e(n.a) + ", " + e(n.b) + ")";
     }
     return "?";
   }
@@ -318,6 +369,20 @@ inline std::vector<Shape> infer_shapes(const Graph& g, const std::vector<Shape>&
           detail::sum_to_dims("sum_to", at(n.a), n.shape);
           s[i] = n.shape;
           break;
+        case NodeKind::layer_norm:
+        case NodeKind::rms_norm: {
+          const char* what = n.kind == NodeKind::layer_norm ? "layer_norm" : "rms_norm";
+          const Shape& x = at(n.a);
+          CUTRAIN_REQUIRE(x.rank() == 4, InvalidArgument, what, "x ", x,
+                          " must be 4-d [N, C, H, W], normalized over C, H, W (view [rows, D] as [rows, D, 1, 1])");
+          const Shape p{x[1], x[2], x[3]};
+          CUTRAIN_REQUIRE(at(n.b) == p, InvalidArgument, what, "gamma ", at(n.b), " must be x's [C, H, W] ", p, " (x ", x,
+                          ")");
+          CUTRAIN_REQUIRE(n.c < 0 || at(n.c) == p, InvalidArgument, what, "beta ", at(n.c), " must be x's [C, H, W] ", p,
+                          " (x ", x, ")");
+          s[i] = x;
+          break;
+        }
       }
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(op, detail::cat(g.describe(), ": node ", i, ": ", e.what()));

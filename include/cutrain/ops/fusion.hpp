@@ -22,9 +22,12 @@
 #include "cutrain/core/fusion.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/broadcast.hpp"
+#include "cutrain/ops/cast.hpp"
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/elementwise.hpp"
+#include "cutrain/ops/layer_norm.hpp"
 #include "cutrain/ops/matmul.hpp"
+#include "cutrain/ops/rms_norm.hpp"
 #include "cutrain/ops/sum_to.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
@@ -34,6 +37,11 @@
 namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
+// The element type of a norm's gamma and beta in a graph of T: f32 on the GPU (cuDNN's norm
+// engines and cutrain's norm ops take f32 parameters under f32, bf16 and f16 x), T on the CPU.
+template <class T>
+using fusion_norm_param_t = std::conditional_t<std::same_as<T, double>, double, float>;
+
 // fusion_unfused on a graph and inputs already checked (ops::Fusion checks them once, not per call).
 template <class T>
 std::vector<Tensor<T>> run_unfused(const fusion::Graph& g, std::span<const Tensor<T>> inputs) {
@@ -53,6 +61,14 @@ std::vector<Tensor<T>> run_unfused(const fusion::Graph& g, std::span<const Tenso
       case fusion::NodeKind::conv2d_wgrad: v[i] = conv2d_backward_filter(at(n.a), at(n.b), n.shape, n.conv); break;
       case fusion::NodeKind::activation_backward: v[i] = activation_backward(at(n.b), at(n.a), n.act); break;
       case fusion::NodeKind::sum_to: v[i] = ops::sum_to(at(n.a), n.shape); break;
+      case fusion::NodeKind::layer_norm: {
+        using S = fusion_norm_param_t<T>;
+        v[i] = layer_norm_forward(at(n.a), ops::cast<S>(at(n.b)), ops::cast<S>(at(n.c)), n.alpha).y;
+        break;
+      }
+      case fusion::NodeKind::rms_norm:
+        v[i] = rms_norm_forward(at(n.a), ops::cast<fusion_norm_param_t<T>>(at(n.b)), n.alpha).y;
+        break;
     }
   }
   std::vector<Tensor<T>> out;
@@ -146,16 +162,35 @@ class Fusion {
         op, [&](const auto&) { return detail::run_unfused(g, inputs); },
         CUTRAIN_IF_CUDA([&](const auto&) {
           // Contiguous, 16-byte aligned inputs (cuDNN's engines want both); NHWC intermediates and
-          // 4-d outputs where the largest 4-d input is NHWC.
+          // 4-d outputs where the largest 4-d input is NHWC, except in graphs with a norm (row-major:
+          // cuDNN's layer norm gave wrong NHWC results, ops/layer_norm.hpp). A norm's gamma and beta
+          // go in f32.
+          const bool norm = g.has(fusion::NodeKind::layer_norm) || g.has(fusion::NodeKind::rms_norm);
           bool nhwc = false;  // the largest 4-d input's layout (a [1, K, 1, 1] bias has none to speak of)
           std::int64_t largest = -1;
           for (const auto& t : inputs)
-            if (t.rank() == 4 && t.numel() > largest) {
+            if (t.rank() == 4 && t.numel() > largest && !norm) {
               largest = t.numel();
               nhwc = t.layout() == Layout::nhwc;
             }
+          const auto params = g.norm_parameters();
           std::vector<Tensor<T>> ins;
-          for (const auto& t : inputs) ins.push_back(detail::contiguous_aligned(t, detail::elementwise_layout(t)));
+          std::vector<Tensor<float>> f32;
+          std::vector<cuda::cudnn::FusionTensor> args;
+          f32.reserve(inputs.size());  // args point into ins and f32: no reallocation
+          for (std::size_t i = 0; i < inputs.size(); ++i) {
+            const auto layout = norm ? Layout::row_major : detail::elementwise_layout(inputs[i]);
+            ins.push_back(detail::contiguous_aligned(inputs[i], layout));
+            if (params[i] && !std::same_as<T, float>) f32.push_back(ops::cast<float>(ins.back()));
+          }
+          for (std::size_t i = 0, k = 0; i < inputs.size(); ++i) {
+            if (params[i] && !std::same_as<T, float>) {
+              const auto& t = f32[k++];
+              args.push_back({&t.shape(), &t.strides(), t.data(), true});
+            } else {
+              args.push_back({&ins[i].shape(), &ins[i].strides(), ins[i].data(), params[i]});
+            }
+          }
           std::vector<Tensor<T>> outs;
           for (const auto& o : g.outputs()) {
             const Shape& s = all[static_cast<std::size_t>(o.first)];
@@ -164,7 +199,7 @@ class Fusion {
           }
           if constexpr (cuda::GpuFloat<T>) {  // dispatch() calls this only then; no body for others
             try {
-              cuda::cudnn::fusion_forward<T>(g, id_, all, nhwc, ins, outs);
+              cuda::cudnn::fusion_forward<T>(g, id_, all, nhwc, args, outs);
             } catch (const CudnnError&) {
               if (!fallback) throw;
               return detail::run_unfused(g, std::span<const Tensor<T>>(ins));

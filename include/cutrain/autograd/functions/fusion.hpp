@@ -43,6 +43,12 @@ Var<T> fusion_unfused(const fusion::Graph& g, const std::vector<Var<T>>& inputs)
       case fusion::NodeKind::binary: v[i] = detail::binary_var(n.binary, "autograd::fused", at(n.a), at(n.b)); break;
       case fusion::NodeKind::scale: v[i] = scale(at(n.a), n.alpha); break;
       case fusion::NodeKind::activation: v[i] = activation(at(n.a), n.act); break;
+      case fusion::NodeKind::layer_norm: {
+        using S = ops::detail::fusion_norm_param_t<T>;
+        v[i] = layer_norm(at(n.a), cast<S>(at(n.b)), cast<S>(at(n.c)), n.alpha);
+        break;
+      }
+      case fusion::NodeKind::rms_norm: v[i] = rms_norm(at(n.a), cast<ops::detail::fusion_norm_param_t<T>>(at(n.b)), n.alpha); break;
       case fusion::NodeKind::conv2d_dgrad:
       case fusion::NodeKind::conv2d_wgrad:
       case fusion::NodeKind::activation_backward:

@@ -66,8 +66,7 @@ template <GpuFloat T>
   if (!bg && !failed) {
     const std::string text = detail::activation_graph_text<T>("fwd", a, vs, vst);
     bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      auto g = std::make_shared<fe::graph::Graph>();
-      g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+      auto g = detail::new_graph<T>();
       auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
       auto Y = g->pointwise(X, detail::activation_attributes(a, false));
       Y->set_output(true).set_dim(vs.dims()).set_stride(vst).set_data_type(fe_type<T>::value);
@@ -93,8 +92,7 @@ template <GpuFloat T>
   if (!bg && !failed) {
     const std::string text = detail::activation_graph_text<T>("bwd", a, vs, vst);
     bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      auto g = std::make_shared<fe::graph::Graph>();
-      g->set_io_data_type(fe_type<T>::value).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+      auto g = detail::new_graph<T>();
       auto X = tensor(*g, "x", vs, vst, fe_type<T>::value);
       auto DY = tensor(*g, "dy", vs, vst, fe_type<T>::value);
       auto DX = a.kind == Activation::identity ? g->pointwise(DY, detail::activation_attributes(a, true))

@@ -39,15 +39,6 @@ inline std::pair<TensorAttr, TensorAttr> attention_seed(fe::graph::Graph& g) {
 }
 
 template <class T>
-std::shared_ptr<fe::graph::Graph> attention_graph() {
-  auto g = std::make_shared<fe::graph::Graph>();
-  g->set_io_data_type(fe_type<T>::value)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return g;
-}
-
-template <class T>
 void attention_output(const TensorAttr& a, const Tensor<T>& t) {
   a->set_output(true).set_dim(t.shape().dims()).set_stride(t.strides()).set_data_type(fe_type<T>::value);
 }
@@ -87,7 +78,7 @@ template <GpuFloat T>
                              signature(" v", v.shape(), v.strides()), signature(" o", o.shape(), o.strides()));
     bg = store.try_build(key, text, detail::attention_planner(dev, padded),
                          [&](autotune::Planner& planner) {
-      auto g = detail::attention_graph<T>();
+      auto g = detail::new_graph<T>();
       auto Q = tensor(*g, "q", q), K = tensor(*g, "k", k), V = tensor(*g, "v", v);
       auto attrs = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(
           static_cast<float>(scale));
@@ -159,7 +150,7 @@ template <GpuFloat T>
         signature(" dv", dv.shape(), dv.strides()));
     bg = store.try_build(key, text, detail::attention_planner(dev, padded),
                          [&](autotune::Planner& planner) {
-      auto g = detail::attention_graph<T>();
+      auto g = detail::new_graph<T>();
       auto Q = tensor(*g, "q", q), K = tensor(*g, "k", k), V = tensor(*g, "v", v);
       auto O = tensor(*g, "o", o), DO = tensor(*g, "do", dout);
       auto STATS = tensor(*g, "stats", ss, sst, fe::DataType_t::FLOAT);

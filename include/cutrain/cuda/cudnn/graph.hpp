@@ -51,6 +51,18 @@ TensorAttr tensor(fe::graph::Graph& g, const char* name, const Tensor<T>& t) {
   return tensor(g, name, t.shape(), t.strides(), fe_type<T>::value);
 }
 
+namespace detail {
+// An empty graph of T: T in memory, f32 intermediates and compute.
+template <class T>
+std::shared_ptr<fe::graph::Graph> new_graph() {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe_type<T>::value)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+}  // namespace detail
+
 // What a plan file holds besides the plan (cudnn/plan_files.hpp).
 struct PlanRecord {
   std::string file_key{};  // names the file: the graph key, a tuned plan's choice, the GPU, the library versions

@@ -38,15 +38,6 @@ inline TensorAttr scalar(fe::graph::Graph& g, float v) {
   return g.tensor(fe::graph::Tensor_attributes(v).set_dim({1, 1, 1, 1}).set_stride({1, 1, 1, 1}));
 }
 
-template <class T>
-std::shared_ptr<fe::graph::Graph> norm_graph() {
-  auto g = std::make_shared<fe::graph::Graph>();
-  g->set_io_data_type(fe_type<T>::value)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return g;
-}
-
 inline void output(const TensorAttr& t, const Shape& s, const Strides& st, fe::DataType_t type) {
   t->set_output(true).set_dim(s.dims()).set_stride(st).set_data_type(type);
 }
@@ -75,7 +66,7 @@ template <GpuFloat T>
     const std::string text = cutrain::detail::cat("bn fwd train ", dtype_of<T>, " ", p, signature(" x", xs, xst),
                                                  signature(" y", ys, yst), " +", detail::activation_key(act));
     bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      auto g = detail::norm_graph<T>();
+      auto g = detail::new_graph<T>();
       auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
       auto SCALE = detail::channel_tensor(*g, "scale", c);
       auto BIAS = detail::channel_tensor(*g, "bias", c);
@@ -118,7 +109,7 @@ template <GpuFloat T>
     const std::string text = cutrain::detail::cat("bn bwd ", dtype_of<T>, signature(" x", xs, xst),
                                                  signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
     bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      auto g = detail::norm_graph<T>();
+      auto g = detail::new_graph<T>();
       auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
       auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
       auto SCALE = detail::channel_tensor(*g, "scale", c);
@@ -172,7 +163,7 @@ void layer_norm_forward(const Tensor<T>& x, const Tensor<float>& gamma, const Te
     const std::string text = cutrain::detail::cat("ln fwd ", dtype_of<T>, " eps ", eps, signature(" x", xs, xst),
                                                  signature(" y", ys, yst));
     bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      auto g = detail::norm_graph<T>();
+      auto g = detail::new_graph<T>();
       auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
       auto SCALE = tensor(*g, "scale", ps, pst, fe::DataType_t::FLOAT);
       auto BIAS = tensor(*g, "bias", ps, pst, fe::DataType_t::FLOAT);
@@ -207,7 +198,7 @@ void layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<f
     const std::string text = cutrain::detail::cat("ln bwd ", dtype_of<T>, signature(" x", xs, xst),
                                                  signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
     bg = &store.build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      auto g = detail::norm_graph<T>();
+      auto g = detail::new_graph<T>();
       auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
       auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
       auto SCALE = tensor(*g, "scale", ps, pst, fe::DataType_t::FLOAT);
@@ -259,7 +250,7 @@ template <GpuFloat T>
     const std::string text = cutrain::detail::cat("rms fwd ", dtype_of<T>, " eps ", eps, signature(" x", xs, xst),
                                                  signature(" y", ys, yst));
     bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      auto g = detail::norm_graph<T>();
+      auto g = detail::new_graph<T>();
       auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
       auto SCALE = tensor(*g, "scale", Shape{1, d, 1, 1}, Strides{d, 1, d, d}, fe::DataType_t::FLOAT);
       auto EPS = detail::scalar(*g, static_cast<float>(eps));
@@ -296,7 +287,7 @@ template <GpuFloat T>
     const std::string text = cutrain::detail::cat("rms bwd ", dtype_of<T>, signature(" x", xs, xst),
                                                  signature(" dy", dys, dyst), signature(" dx", dxs, dxst));
     bg = store.try_build(key, text, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      auto g = detail::norm_graph<T>();
+      auto g = detail::new_graph<T>();
       auto X = tensor(*g, "x", xs, xst, fe_type<T>::value);
       auto DY = tensor(*g, "dy", dys, dyst, fe_type<T>::value);
       auto SCALE = tensor(*g, "scale", Shape{1, d, 1, 1}, Strides{d, 1, d, d}, fe::DataType_t::FLOAT);
