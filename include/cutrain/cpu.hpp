@@ -1,4 +1,4 @@
-// Everything that runs on the host: core/, cpu/, ops/, data/ and deploy/onnx.hpp. Compiles
+// Everything that runs on the host: core/, cpu/, ops/, data/ and deploy/. Compiles
 // with no CUDA on the machine (ops on cuda tensors then throw DeviceError).
 #pragma once
 
@@ -12,6 +12,7 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/data/idx.hpp"
 #include "cutrain/data/text.hpp"
+#include "cutrain/deploy/engine.hpp"  // runs on either device; on the CPU it needs no CUDA
 #include "cutrain/deploy/onnx.hpp"  // brings nn/: the export reads modules, and needs no CUDA
 #include "cutrain/dist/buckets.hpp"
 #include "cutrain/dist/env.hpp"

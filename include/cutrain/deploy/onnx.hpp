@@ -14,14 +14,11 @@
 #include <string>
 #include <typeinfo>
 #include <vector>
-#if __has_include(<cxxabi.h>)
-#include <cxxabi.h>
-#include <cstdlib>
-#endif
 
 #include "cutrain/core/files.hpp"
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/core/params/pool2d.hpp"
+#include "cutrain/deploy/common.hpp"
 #include "cutrain/deploy/onnx_graph.hpp"
 #include "cutrain/nn/batch_norm.hpp"
 #include "cutrain/nn/conv2d.hpp"
@@ -35,19 +32,6 @@ namespace cutrain::inline CUTRAIN_ABI::deploy {
 namespace detail {
 
 inline constexpr std::string_view export_op = "deploy::export_onnx";
-
-inline std::string type_name(const std::type_info& t) {
-#if __has_include(<cxxabi.h>)
-  int status = 0;
-  char* s = ::abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
-  if (status == 0 && s) {
-    std::string out(s);
-    std::free(s);
-    return out;
-  }
-#endif
-  return t.name();
-}
 
 template <class T>
 std::vector<float> floats_of(const Tensor<T>& t) {
@@ -232,11 +216,7 @@ template <class T>
 OnnxExportInfo export_onnx(const nn::Sequential<T>& model, const std::filesystem::path& path,
                            const Shape& example_shape) {
   using detail::export_op;
-  CUTRAIN_REQUIRE(model.size() > 0, InvalidArgument, export_op, "the model has no modules");
-  CUTRAIN_REQUIRE(example_shape.rank() == 4 || example_shape.rank() == 2, InvalidArgument, export_op,
-                  "example_shape must be 4-d [N, C, H, W] or 2-d [N, features], got ", example_shape);
-  for (auto d : example_shape)
-    CUTRAIN_REQUIRE(d > 0, InvalidArgument, export_op, "example_shape ", example_shape, " has a zero or negative dimension");
+  detail::check_model_input(export_op, model, example_shape);
   detail::OnnxGraph g;
   g.input("input", example_shape);
   const detail::Value y = detail::Lowering<T>(g).sequential(model, {"input", example_shape});

@@ -1,0 +1,190 @@
+// deploy::compile(model, example_shape, options): a trained nn::Sequential as a forward-only
+// inference engine in element type E, on the CPU or the GPU. The model's plan (engine_plan.hpp)
+// has batch norms folded into convolutions, residual adds and activations fused into the
+// convolutions before them (one cuDNN graph each on the GPU, through ops::Fusion), activations
+// into linear layers' cuBLASLt epilogues, dropout removed; every weight is converted to E and
+// laid out for the device once, at compile time. Each activation is released after its last
+// reader (the memory plan's lifetimes), so the allocator reuses its memory for later ones.
+//
+//   auto engine = deploy::compile<bfloat16>(model, Shape{256, 1, 28, 28}, {.device = Device::cuda(0)});
+//   Tensor<bfloat16> logits = engine(images);   // [N, 10], N <= 256
+//   std::puts(engine.report().c_str());         // what was fused, the memory plan
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cutrain/core/cast.hpp"
+#include "cutrain/deploy/engine_plan.hpp"
+#include "cutrain/ops/activation.hpp"
+#include "cutrain/ops/broadcast.hpp"
+#include "cutrain/ops/cast.hpp"
+#include "cutrain/ops/conv2d.hpp"
+#include "cutrain/ops/flatten.hpp"
+#include "cutrain/ops/fusion.hpp"
+#include "cutrain/ops/linear.hpp"
+#include "cutrain/ops/pool2d.hpp"
+
+namespace cutrain::inline CUTRAIN_ABI::deploy {
+
+struct CompileOptions {
+  Device device = Device::cpu();
+  // The layout activations and convolution weights take: NHWC is what cuDNN's fastest bf16/f16
+  // engines want; row-major (NCHW) is the CPU's.
+  Layout layout = Layout::row_major;
+  // Batch sizes the engine takes (TensorRT's optimization profile): from min_batch to the
+  // example shape's batch, which the memory plan is made for.
+  std::int64_t min_batch = 1;
+  // false: the plan as lowered (no folding or fusion), for comparisons.
+  bool fuse = true;
+};
+
+template <class E>
+class Engine {
+ public:
+  // y for x of the example shape's dims but the batch, which is within the compiled range.
+  Tensor<E> operator()(const Tensor<E>& x) const {
+    constexpr std::string_view op = "deploy::Engine";
+    check::defined(op, x, "x");
+    const Shape& want = plan_.shapes[0];
+    bool ok = x.rank() == want.rank() && x.dim(0) >= opt_.min_batch && x.dim(0) <= want[0];
+    for (int d = 1; ok && d < want.rank(); ++d) ok = x.dim(d) == want[d];
+    CUTRAIN_REQUIRE(ok, InvalidArgument, op, "x ", x.describe(), " does not fit the engine's input: ", want,
+                    " with a batch of ", opt_.min_batch, " to ", want[0]);
+    CUTRAIN_REQUIRE(x.device() == opt_.device, InvalidArgument, op, "x ", x.describe(), " is not on the engine's device ",
+                    opt_.device);
+    std::vector<Tensor<E>> v(plan_.shapes.size());
+    v[0] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.view();
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+      const auto& s = plan_.steps[i];
+      v[static_cast<std::size_t>(s.out)] = run(i, v);
+      for (const int u : {s.in, s.in2})  // released after its last reader
+        if (u >= 0 && u != plan_.output && memory_.life[static_cast<std::size_t>(u)].second == static_cast<int>(i))
+          v[static_cast<std::size_t>(u)] = {};
+    }
+    return std::move(v[static_cast<std::size_t>(plan_.output)]);
+  }
+
+  const Plan<E>& plan() const { return plan_; }
+  const MemoryPlan& memory() const { return memory_; }
+  const CompileOptions& options() const { return opt_; }
+
+  // One line per step (its kind, output shape, module and what was fused into it), the removed
+  // modules, and the memory plan's arena against the sum of all activations.
+  std::string report() const {
+    std::string r;
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+      const auto& s = plan_.steps[i];
+      r += cutrain::detail::cat(i, ": ", to_string(s.kind), " ", plan_.shapes[static_cast<std::size_t>(s.out)], " (",
+                                to_string(s.kind), " ", s.module);
+      for (const auto& m : s.merged) r += " + " + m;
+      r += ")\n";
+    }
+    for (const auto& m : plan_.removed) r += "removed: " + m + "\n";
+    r += cutrain::detail::cat("activations at batch ", plan_.shapes[0][0], ": ", memory_.arena, " bytes planned, ",
+                              memory_.total, " bytes in all (", memory_.total ? 1.0 * memory_.arena / memory_.total : 0.0,
+                              "x)\n");
+    return r;
+  }
+
+ private:
+  template <class F, class T>
+  friend Engine<F> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o);
+
+  Tensor<E> run(std::size_t i, const std::vector<Tensor<E>>& v) const {
+    const auto& s = plan_.steps[i];
+    const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
+    switch (s.kind) {
+      case StepKind::conv:
+        if (s.in2 >= 0) return std::move((*fused_[i])(x, s.w, s.b, v[static_cast<std::size_t>(s.in2)])[0]);
+        if (s.act.kind == Activation::identity || !s.b.defined()) {
+          Tensor<E> y = ops::conv2d_forward(x, s.w, s.b, s.conv);
+          return s.act.kind == Activation::identity ? std::move(y) : ops::activation_forward(y, s.act);
+        }
+        return ops::conv2d_bias_activation_forward(x, s.w, s.b, s.act, s.conv);
+      case StepKind::linear:
+        return s.act.kind == Activation::identity ? ops::linear_forward(x, s.w, s.b)
+                                                  : ops::linear_activation_forward(x, s.w, s.b, s.act);
+      case StepKind::scale_shift:
+        return ops::binary(BinaryOp::add, ops::binary(BinaryOp::mul, x, s.w), s.b);
+      case StepKind::activation: return ops::activation_forward(x, s.act);
+      case StepKind::pool: return ops::pool2d_forward(x, s.pool);
+      case StepKind::global_avg_pool: return ops::global_avg_pool_forward(x);
+      case StepKind::flatten: return ops::flatten(x);
+      case StepKind::add: return ops::binary(BinaryOp::add, x, v[static_cast<std::size_t>(s.in2)]);
+    }
+    throw Error("deploy::Engine", "unknown step");
+  }
+
+  Plan<E> plan_;
+  MemoryPlan memory_;
+  CompileOptions opt_;
+  std::vector<std::shared_ptr<const ops::Fusion>> fused_;  // per step: the conv + bias + residual (+ act) graph
+};
+
+// Compiles model (read in eval mode: running statistics, no dropout) for inputs of
+// example_shape ([N, C, H, W] or [N, features]; N is the largest batch) on o.device in E.
+// InvalidArgument for an empty model, a bad shape or options; NotImplemented naming the module
+// for one the engine does not compile.
+template <class E, class T>
+Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o = {}) {
+  using detail::compile_op;
+  detail::check_model_input(compile_op, model, example_shape);
+  CUTRAIN_REQUIRE(o.min_batch >= 1 && o.min_batch <= example_shape[0], InvalidArgument, compile_op, "min_batch ",
+                  o.min_batch, " must be 1 to the example batch ", example_shape[0]);
+  CUTRAIN_REQUIRE(o.layout == Layout::row_major || o.layout == Layout::nhwc, InvalidArgument, compile_op,
+                  "layout must be row_major or nhwc, got ", o.layout);
+  Plan<T> p = lower(model, example_shape);
+  if (o.fuse) {
+    fold_batch_norms(p);
+    fuse_residual_adds(p);
+    fuse_activations(p);
+  }
+  Engine<E> e;
+  e.opt_ = o;
+  e.plan_.shapes = p.shapes;
+  e.plan_.output = p.output;
+  e.plan_.removed = p.removed;
+  e.fused_.resize(p.steps.size());
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    auto& s = p.steps[i];
+    const auto put = [&](const Tensor<T>& t, Layout l) {
+      return t.defined() ? cast<E>(t).contiguous(l).to(o.device) : Tensor<E>{};
+    };
+    Step<E> d{.kind = s.kind, .in = s.in, .in2 = s.in2, .out = s.out, .conv = s.conv, .pool = s.pool, .act = s.act,
+              .module = s.module, .merged = s.merged};
+    d.w = put(s.w, s.kind == StepKind::conv ? o.layout : Layout::row_major);
+    d.b = put(s.b, Layout::row_major);
+    if (s.kind == StepKind::scale_shift) {  // [C] as [1, C, 1, 1] or [1, C], to broadcast over x
+      const Shape bc = e.plan_.shapes[static_cast<std::size_t>(s.in)].rank() == 4 ? Shape{1, d.w.dim(0), 1, 1}
+                                                                                 : Shape{1, d.w.dim(0)};
+      d.w = d.w.reshape(bc);
+      d.b = d.b.reshape(bc);
+    }
+    if (s.kind == StepKind::conv && s.in2 >= 0) {
+      fusion::Graph g;
+      auto x = g.input("x"), w = g.input("w"), b = g.input("bias"), r = g.input("residual");  // in call order
+      auto y = g.add(g.add(g.conv2d(x, w, s.conv), b), r);
+      if (s.act.kind != Activation::identity) y = g.activation(y, s.act);
+      g.output(y, "y");
+      if (!d.b.defined()) d.b = Tensor<E>::zeros(Shape{d.w.dim(0)}, {.device = o.device});
+      d.b = d.b.reshape({1, d.w.dim(0), 1, 1});
+      // cuDNN may have no engine for the pattern at some shape or dtype: then cutrain's separate ops.
+      e.fused_[i] = std::make_shared<const ops::Fusion>(std::move(g), ops::FusionOptions{.unfused_fallback = true});
+    }
+    e.plan_.steps.push_back(std::move(d));
+  }
+  std::vector<std::int64_t> bytes(e.plan_.shapes.size(), 0);
+  const auto life = lifetimes(e.plan_);
+  for (std::size_t v = 0; v < bytes.size(); ++v)
+    if (life[v].first >= 0 || v == 0)
+      bytes[v] = e.plan_.shapes[v].numel() * static_cast<std::int64_t>(sizeof(E));
+  e.memory_ = plan_memory(std::move(bytes), life);
+  return e;
+}
+
+}  // namespace cutrain::inline CUTRAIN_ABI::deploy

@@ -1,0 +1,172 @@
+// deploy::compile on the CPU in f64: the engine's output against the model's own eval-mode
+// forward on random inputs (batch norms with random running statistics, so that folding is
+// exercised), what was folded and fused, the batch range, the memory plan (no two values that
+// live at once share a byte; the arena below the sum), and bad inputs.
+#include "bad_input.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cutrain/autograd/engine.hpp"
+#include "cutrain/deploy/engine.hpp"
+#include "cutrain/nn.hpp"
+#include "random_model.hpp"
+
+namespace cutrain_test_deploy_engine {  // one per file: the unity build compiles files together
+
+using namespace cutrain;
+using namespace cutrain::test;
+
+namespace {
+
+nn::Sequential<double> small_resnet(Rng& rng) {
+  nn::Sequential<double> net{nn::Conv2d<double>({.in = 3, .out = 8, .kernel = 3, .padding = 1, .bias = false}, rng),
+                             nn::BatchNorm2d<double>({.features = 8}),
+                             nn::ReLU{},
+                             nn::ResidualBlock<double>({.in = 8}),
+                             nn::ResidualBlock<double>({.in = 8, .out = 16, .stride = 2}),
+                             nn::AdaptiveAvgPool2d{},
+                             nn::Flatten{},
+                             nn::Dropout({.p = 0.3}),
+                             nn::Linear<double>({.in = 16, .out = 5}, rng)};
+  randomize(net, rng);
+  return net;
+}
+
+Tensor<double> reference(nn::Sequential<double>& net, const Tensor<double>& x) {
+  net.eval();
+  autograd::NoGradGuard off;
+  return net(x).value().contiguous(Layout::row_major);
+}
+
+double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto x = a.contiguous(Layout::row_major), y = b.contiguous(Layout::row_major);
+  double m = 0;
+  for (std::int64_t i = 0; i < x.numel(); ++i) m = std::max(m, std::abs(x.flat(i) - y.flat(i)));
+  return m;
+}
+
+struct Twice {  // a module the engine does not know
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return x; }
+};
+
+}  // namespace
+
+TEST_CASE("deploy engine: the reference CNN folds, fuses and matches the model (f64)", "[deploy]") {
+  Rng rng(31);
+  auto net = nn::fashion_mnist_cnn<double>(rng);
+  randomize(net, rng);
+  const auto engine = deploy::compile<double>(net, Shape{3, 1, 28, 28});
+  const std::string r = engine.report();
+  INFO(r);
+  // conv+bn+relu twice, two pools, flatten, linear+relu, linear.
+  REQUIRE(engine.plan().steps.size() == 7);
+  CHECK(r.find("conv 0 + batch_norm 1 (folded) + relu 2") != std::string::npos);
+  CHECK(r.find("conv 4 + batch_norm 5 (folded) + relu 6") != std::string::npos);
+  CHECK(r.find("linear 9 + relu 10") != std::string::npos);
+  auto x = Tensor<double>::uniform(Shape{3, 1, 28, 28}, rng, -1, 1);
+  CHECK(max_diff(engine(x), reference(net, x)) < 1e-10);
+  // A smaller batch within the range; the NHWC layout gives the same numbers.
+  auto x1 = Tensor<double>::uniform(Shape{1, 1, 28, 28}, rng, -1, 1);
+  CHECK(max_diff(engine(x1), reference(net, x1)) < 1e-10);
+  const auto nhwc = deploy::compile<double>(net, Shape{3, 1, 28, 28}, {.layout = Layout::nhwc});
+  CHECK(max_diff(nhwc(x), reference(net, x)) < 1e-10);
+}
+
+TEST_CASE("deploy engine: residual blocks fuse their add and relu into the last conv (f64)", "[deploy]") {
+  Rng rng(32);
+  auto net = small_resnet(rng);
+  const auto engine = deploy::compile<double>(net, Shape{2, 3, 8, 8});
+  const std::string r = engine.report();
+  INFO(r);
+  CHECK(r.find("conv 3.conv2 + batch_norm 3.bn2 (folded) + add 3.add + relu 3.relu2") != std::string::npos);
+  CHECK(r.find("conv 4.shortcut.conv + batch_norm 4.shortcut.bn (folded)") != std::string::npos);
+  CHECK(r.find("removed: dropout 7") != std::string::npos);
+  CHECK(r.find("scale_shift") == std::string::npos);  // every batch norm folded
+  CHECK(r.find(": add ") == std::string::npos);        // every add fused
+  // stem, block 3 (2 convs), block 4 (shortcut + 2 convs), pool, flatten, linear.
+  CHECK(engine.plan().steps.size() == 9);
+  auto x = Tensor<double>::uniform(Shape{2, 3, 8, 8}, rng, -1, 1);
+  const auto want = reference(net, x);
+  CHECK(max_diff(engine(x), want) < 1e-10);
+  const auto plain = deploy::compile<double>(net, Shape{2, 3, 8, 8}, {.fuse = false});
+  CHECK(plain.plan().steps.size() > 20);
+  CHECK(max_diff(plain(x), want) < 1e-12);
+  // The memory plan reuses: the arena is below the sum of all activations.
+  CHECK(engine.memory().arena < engine.memory().total);
+  CHECK(engine.memory().arena > 0);
+}
+
+TEST_CASE("deploy memory plan: values alive at once never share bytes", "[deploy]") {
+  Rng rng(33);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int n = 2 + static_cast<int>(rng.next_u64() % 30), steps = 1 + static_cast<int>(rng.next_u64() % 20);
+    std::vector<std::int64_t> bytes;
+    std::vector<std::pair<int, int>> life;
+    for (int v = 0; v < n; ++v) {
+      const int a = static_cast<int>(rng.next_u64() % static_cast<std::uint64_t>(steps)) - 1;
+      const int b = a + static_cast<int>(rng.next_u64() % 5);
+      bytes.push_back(1 + static_cast<std::int64_t>(rng.next_u64() % 5000));
+      life.emplace_back(a, b);
+    }
+    const auto m = deploy::plan_memory(bytes, life);
+    std::int64_t total = 0, peak = 0;
+    for (int v = 0; v < n; ++v) total += bytes[static_cast<std::size_t>(v)];
+    CHECK(m.total == total);
+    for (int s = -1; s < steps + 5; ++s) {  // the arena holds at least what is alive at each step
+      std::int64_t live = 0;
+      for (int v = 0; v < n; ++v)
+        if (life[static_cast<std::size_t>(v)].first <= s && s <= life[static_cast<std::size_t>(v)].second)
+          live += bytes[static_cast<std::size_t>(v)];
+      peak = std::max(peak, live);
+    }
+    CHECK(m.arena >= peak);
+    for (int u = 0; u < n; ++u)
+      for (int v = u + 1; v < n; ++v) {
+        const auto su = static_cast<std::size_t>(u), sv = static_cast<std::size_t>(v);
+        const bool together = life[su].first <= life[sv].second && life[sv].first <= life[su].second;
+        const bool apart = m.offset[su] + bytes[su] <= m.offset[sv] || m.offset[sv] + bytes[sv] <= m.offset[su];
+        if (together) CHECK(apart);
+      }
+  }
+}
+
+TEST_CASE("deploy engine: bad models, shapes and options name the reason", "[deploy][bad_input]") {
+  Rng rng(34);
+  auto net = small_resnet(rng);
+  const auto engine = deploy::compile<double>(net, Shape{2, 3, 8, 8}, {.min_batch = 2});
+  run_cases({
+      bad<InvalidArgument>("empty model", "deploy::compile", {"no modules"},
+                           [] { deploy::compile<double>(nn::Sequential<double>{}, Shape{1, 3, 8, 8}); }),
+      bad<InvalidArgument>("3-d example", "deploy::compile", {"4-d [N, C, H, W] or 2-d", "[1,3,8]"},
+                           [&] { deploy::compile<double>(net, Shape{1, 3, 8}); }),
+      bad<InvalidArgument>("zero dim", "deploy::compile", {"zero or negative"},
+                           [&] { deploy::compile<double>(net, Shape{0, 3, 8, 8}); }),
+      bad<InvalidArgument>("min_batch above the batch", "deploy::compile", {"min_batch 3", "example batch 2"},
+                           [&] { deploy::compile<double>(net, Shape{2, 3, 8, 8}, {.min_batch = 3}); }),
+      bad<InvalidArgument>("channels", "deploy::compile", {"module 0", "channels"},
+                           [&] { deploy::compile<double>(net, Shape{2, 4, 8, 8}); }),
+      bad<InvalidArgument>("linear features", "deploy::compile", {"module 0 (Linear 4 -> 2)", "[N, 4]", "[1,5]"},
+                           [] {
+                             nn::Sequential<double> n{nn::Linear<double>({.in = 4, .out = 2})};
+                             deploy::compile<double>(n, Shape{1, 5});
+                           }),
+      bad<InvalidArgument>("batch above the range", "deploy::Engine", {"[3,3,8,8]", "batch of 2 to 2"},
+                           [&] { engine(Tensor<double>(Shape{3, 3, 8, 8})); }),
+      bad<InvalidArgument>("batch below the range", "deploy::Engine", {"[1,3,8,8]", "batch of 2 to 2"},
+                           [&] { engine(Tensor<double>(Shape{1, 3, 8, 8})); }),
+      bad<InvalidArgument>("wrong image size", "deploy::Engine", {"[2,3,9,8]", "[2,3,8,8]"},
+                           [&] { engine(Tensor<double>(Shape{2, 3, 9, 8})); }),
+      bad<InvalidArgument>("undefined input", "deploy::Engine", {"x"}, [&] { engine(Tensor<double>{}); }),
+      bad<NotImplemented>("unknown module", "deploy::compile", {"module 1 is a", "Twice", "does not compile"},
+                          [] {
+                            nn::Sequential<double> n{nn::ReLU{}, Twice{}};
+                            deploy::compile<double>(n, Shape{1, 4});
+                          }),
+  });
+}
+
+}  // namespace cutrain_test_deploy_engine
