@@ -143,6 +143,13 @@ TEST_CASE("deploy engine: bad models, shapes and options name the reason", "[dep
                            [] { deploy::compile<double>(nn::Sequential<double>{}, Shape{1, 3, 8, 8}); }),
       bad<InvalidArgument>("3-d example", "deploy::compile", {"4-d [N, C, H, W] or 2-d", "[1,3,8]"},
                            [&] { deploy::compile<double>(net, Shape{1, 3, 8}); }),
+      bad<InvalidArgument>("bf16 on the CPU", "deploy::compile", {"bf16 cannot run on cpu"},
+                           [&] { deploy::compile<bfloat16>(net, Shape{2, 3, 8, 8}); }),
+      bad<InvalidArgument>("pool larger than its input", "deploy::compile", {"module 1", "MaxPool2d"},
+                           [] {
+                             nn::Sequential<double> n{nn::ReLU{}, nn::MaxPool2d({.kernel = 5})};
+                             deploy::compile<double>(n, Shape{1, 1, 3, 3});
+                           }),
       bad<InvalidArgument>("zero dim", "deploy::compile", {"zero or negative"},
                            [&] { deploy::compile<double>(net, Shape{0, 3, 8, 8}); }),
       bad<InvalidArgument>("min_batch above the batch", "deploy::compile", {"min_batch 3", "example batch 2"},

@@ -214,11 +214,14 @@ TEST_CASE("gpu fusion: autograd::fused's gradients match the CPU's in f64", "[gp
   const Shape xs{4, 32, 16, 16}, ws{64, 32, 3, 3}, ys{4, 64, 16, 16};
   fusion::Graph a, b, c;
   {
-    auto dr = a.activation_backward(a.input("dy"), a.input("y"), {.kind = Activation::relu});
+    auto dy = a.input("dy"), y = a.input("y");
+    auto dr = a.activation_backward(dy, y, {.kind = Activation::relu});
     a.output(dr, "dresidual");
     a.output(a.sum_to(dr, Shape{1, 64, 1, 1}), "dbias");
-    b.output(b.conv2d_dgrad(b.input("dresidual"), b.input("w"), p, xs), "dx");
-    c.output(c.conv2d_wgrad(c.input("dresidual"), c.input("x"), p, ws), "dw");
+    auto bd = b.input("dresidual"), bw = b.input("w");
+    b.output(b.conv2d_dgrad(bd, bw, p, xs), "dx");
+    auto cd = c.input("dresidual"), cx = c.input("x");
+    c.output(c.conv2d_wgrad(cd, cx, p, ws), "dw");
   }
   std::vector<ops::Fusion> bwd;  // sum_to has no engine on the H200: that graph may run unfused
   bwd.emplace_back(std::move(a), ops::FusionOptions{.unfused_fallback = true});

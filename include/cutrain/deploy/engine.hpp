@@ -55,7 +55,7 @@ class Engine {
     for (int d = 1; ok && d < want.rank(); ++d) ok = x.dim(d) == want[d];
     CUTRAIN_REQUIRE(ok, InvalidArgument, op, "x ", x.describe(), " does not fit the engine's input: ", want,
                     " with a batch of ", opt_.min_batch, " to ", want[0]);
-    CUTRAIN_REQUIRE(x.device() == opt_.device, InvalidArgument, op, "x ", x.describe(), " is not on the engine's device ",
+    CUTRAIN_REQUIRE(x.device() == opt_.device, DeviceError, op, "x ", x.describe(), " is not on the engine's device ",
                     opt_.device);
     std::vector<Tensor<E>> v(plan_.shapes.size());
     v[0] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.view();
@@ -134,6 +134,10 @@ template <class E, class T>
 Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o = {}) {
   using detail::compile_op;
   detail::check_model_input(compile_op, model, example_shape);
+  const bool fits = o.device.is_cpu() ? (std::same_as<E, double> || std::same_as<E, float>)
+                                      : (std::same_as<E, float> || std::same_as<E, bfloat16> || std::same_as<E, half>);
+  CUTRAIN_REQUIRE(fits, InvalidArgument, compile_op, "an engine in ", dtype_of<E>, " cannot run on ", o.device,
+                  " (the CPU runs f64 and f32, the GPU f32, bf16 and f16)");
   CUTRAIN_REQUIRE(o.min_batch >= 1 && o.min_batch <= example_shape[0], InvalidArgument, compile_op, "min_batch ",
                   o.min_batch, " must be 1 to the example batch ", example_shape[0]);
   CUTRAIN_REQUIRE(o.layout == Layout::row_major || o.layout == Layout::nhwc, InvalidArgument, compile_op,

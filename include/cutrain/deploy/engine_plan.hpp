@@ -47,6 +47,7 @@ struct Step {
   Tensor<T> w{}, b{};                 // host, contiguous: weights and bias (scale_shift: scale and shift [C])
   std::string module{};               // the module it came from: "3", "3.conv1"
   std::vector<std::string> merged{};  // what was fused into it: "batch_norm 3.bn1 (folded)", "add", "relu"
+  std::vector<double> scale{}, shift{};  // scale_shift: w and b in double, for folding
 };
 
 template <class T>
@@ -137,13 +138,15 @@ class PlanLowering {
                     " (BatchNorm2d of ", c, " features) needs [N, ", c, ", H, W] or [N, ", c, "], got ", xs);
     const auto g = host_copy(bn.weight.value()), beta = host_copy(bn.bias.value());
     const auto mean = host_copy(bn.running_mean), var = host_copy(bn.running_var);
-    Tensor<T> scale(Shape{c}), shift(Shape{c});
+    Step<T> st{.kind = StepKind::scale_shift, .in = x, .w = Tensor<T>(Shape{c}), .b = Tensor<T>(Shape{c}), .module = n};
     for (std::int64_t k = 0; k < c; ++k) {
       const double s = static_cast<double>(g.flat(k)) / std::sqrt(static_cast<double>(var.flat(k)) + bn.options().eps);
-      scale.flat(k) = static_cast<T>(s);
-      shift.flat(k) = static_cast<T>(static_cast<double>(beta.flat(k)) - static_cast<double>(mean.flat(k)) * s);
+      st.scale.push_back(s);
+      st.shift.push_back(static_cast<double>(beta.flat(k)) - static_cast<double>(mean.flat(k)) * s);
+      st.w.flat(k) = static_cast<T>(s);
+      st.b.flat(k) = static_cast<T>(st.shift.back());
     }
-    return push({.kind = StepKind::scale_shift, .in = x, .w = std::move(scale), .b = std::move(shift), .module = n}, xs);
+    return push(std::move(st), xs);
   }
 
   int linear(const nn::Linear<T>& l, int x, const std::string& n) {
@@ -156,13 +159,19 @@ class PlanLowering {
   }
 
   int activation(const ActivationParams& a, int x, const std::string& n) {
-    cutrain::detail::check_activation(compile_op, a);
+    cutrain::detail::check_activation(cutrain::detail::cat(compile_op, ": module ", n), a);
     return push({.kind = StepKind::activation, .in = x, .act = a, .module = n}, shape(x));
   }
 
   int pool(const Pool2dParams& pp, int x, const std::string& n) {
     require_rank(x, 4, pp.mode == PoolMode::max ? "MaxPool2d" : "AvgPool2d", n);
-    return push({.kind = StepKind::pool, .in = x, .pool = pp, .module = n}, pool2d_output_shape(shape(x), pp, compile_op));
+    Shape y;
+    try {
+      y = pool2d_output_shape(shape(x), pp, pp.mode == PoolMode::max ? "MaxPool2d" : "AvgPool2d");
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string(compile_op), cutrain::detail::cat("module ", n, ": ", e.what()));
+    }
+    return push({.kind = StepKind::pool, .in = x, .pool = pp, .module = n}, std::move(y));
   }
 
   // relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the shortcut first: it is ready when the
@@ -227,10 +236,11 @@ void fold_batch_norms(Plan<T>& p) {
     }
     const std::int64_t k = conv->w.dim(0), per = conv->w.numel() / k;
     Tensor<T> b(Shape{k});
-    for (std::int64_t o = 0; o < k; ++o) {
-      const T sc = s.w.flat(o);
-      for (std::int64_t j = 0; j < per; ++j) conv->w.flat(o * per + j) = static_cast<T>(conv->w.flat(o * per + j) * sc);
-      b.flat(o) = static_cast<T>((conv->b.defined() ? conv->b.flat(o) * sc : T(0)) + s.b.flat(o));
+    for (std::int64_t o = 0; o < k; ++o) {  // in double: a bf16 or f16 model rounds once
+      const double sc = s.scale[static_cast<std::size_t>(o)], sh = s.shift[static_cast<std::size_t>(o)];
+      for (std::int64_t j = 0; j < per; ++j)
+        conv->w.flat(o * per + j) = static_cast<T>(static_cast<double>(conv->w.flat(o * per + j)) * sc);
+      b.flat(o) = static_cast<T>((conv->b.defined() ? static_cast<double>(conv->b.flat(o)) * sc : 0.0) + sh);
     }
     conv->b = std::move(b);
     detail::absorb(p, c, i, "batch_norm " + s.module + " (folded)");
@@ -245,7 +255,7 @@ void fuse_residual_adds(Plan<T>& p) {
     const auto& s = p.steps[i];
     bool done = false;
     for (const auto& [main, other] : {std::pair{s.in, s.in2}, std::pair{s.in2, s.in}}) {
-      if (s.kind != StepKind::add || done) break;
+      if (s.kind != StepKind::add) break;
       const int c = detail::producer(p, main);
       if (c < 0 || p.steps[static_cast<std::size_t>(c)].kind != StepKind::conv) continue;
       auto& conv = p.steps[static_cast<std::size_t>(c)];
@@ -253,8 +263,9 @@ void fuse_residual_adds(Plan<T>& p) {
           main == other || detail::producer(p, other) >= c)
         continue;
       conv.in2 = other;
-      detail::absorb(p, c, i, "add " + s.module);
+      detail::absorb(p, c, i, "add " + s.module);  // s is gone now
       done = true;
+      break;
     }
     if (!done) ++i;
   }

@@ -37,8 +37,8 @@
 namespace cutrain::inline CUTRAIN_ABI::ops {
 
 namespace detail {
-// The element type of a norm's gamma and beta in a graph of T: f32 on the GPU (cuDNN's norm
-// engines and cutrain's norm ops take f32 parameters under f32, bf16 and f16 x), T on the CPU.
+// The element type of a norm's gamma and beta in a graph of T: f64 in an f64 graph, else f32
+// (cuDNN's norm engines and cutrain's GPU norm ops take f32 parameters under f32, bf16 and f16 x).
 template <class T>
 using fusion_norm_param_t = std::conditional_t<std::same_as<T, double>, double, float>;
 
@@ -177,7 +177,8 @@ class Fusion {
           std::vector<Tensor<T>> ins;
           std::vector<Tensor<float>> f32;
           std::vector<cuda::cudnn::FusionTensor> args;
-          f32.reserve(inputs.size());  // args point into ins and f32: no reallocation
+          ins.reserve(inputs.size());  // args point into ins and f32: no reallocation
+          f32.reserve(inputs.size());
           for (std::size_t i = 0; i < inputs.size(); ++i) {
             const auto layout = norm ? Layout::row_major : detail::elementwise_layout(inputs[i]);
             ins.push_back(detail::contiguous_aligned(inputs[i], layout));
