@@ -210,6 +210,14 @@ int producer(const Plan<T>& p, int v) {
   return -1;
 }
 
+// The step that writes v, where one step alone reads v (not the output too): a step that can
+// take that reader in. Null for the input or a v with other readers.
+template <class T>
+Step<T>* sole_producer(Plan<T>& p, int v) {
+  const int c = producer(p, v);
+  return c >= 0 && uses(p)[static_cast<std::size_t>(v)] == 1 ? &p.steps[static_cast<std::size_t>(c)] : nullptr;
+}
+
 // Merges step `from` into step `into` (which wrote from's input): `into` now writes from's output.
 template <class T>
 void absorb(Plan<T>& p, int into, std::size_t from, std::string what) {
@@ -227,10 +235,8 @@ template <class T>
 void fold_batch_norms(Plan<T>& p) {
   for (std::size_t i = 0; i < p.steps.size();) {
     const auto& s = p.steps[i];
-    const int c = s.kind == StepKind::scale_shift ? detail::producer(p, s.in) : -1;
-    auto* conv = c >= 0 ? &p.steps[static_cast<std::size_t>(c)] : nullptr;
-    if (!conv || conv->kind != StepKind::conv || conv->in2 >= 0 || conv->act.kind != Activation::identity ||
-        detail::uses(p)[static_cast<std::size_t>(s.in)] != 1) {
+    auto* conv = s.kind == StepKind::scale_shift ? detail::sole_producer(p, s.in) : nullptr;
+    if (!conv || conv->kind != StepKind::conv || conv->in2 >= 0 || conv->act.kind != Activation::identity) {
       ++i;
       continue;
     }
@@ -243,7 +249,7 @@ void fold_batch_norms(Plan<T>& p) {
       b.flat(o) = static_cast<T>((conv->b.defined() ? static_cast<double>(conv->b.flat(o)) * sc : 0.0) + sh);
     }
     conv->b = std::move(b);
-    detail::absorb(p, c, i, "batch_norm " + s.module + " (folded)");
+    detail::absorb(p, static_cast<int>(conv - p.steps.data()), i, "batch_norm " + s.module + " (folded)");
   }
 }
 
@@ -277,17 +283,15 @@ template <class T>
 void fuse_activations(Plan<T>& p) {
   for (std::size_t i = 0; i < p.steps.size();) {
     const auto& s = p.steps[i];
-    const int c = s.kind == StepKind::activation ? detail::producer(p, s.in) : -1;
-    auto* prev = c >= 0 ? &p.steps[static_cast<std::size_t>(c)] : nullptr;
+    auto* prev = s.kind == StepKind::activation ? detail::sole_producer(p, s.in) : nullptr;
     const bool epilogue = prev && prev->kind == StepKind::linear &&
                           (s.act.kind == Activation::relu || s.act.kind == Activation::gelu_tanh);
-    if (!prev || !(prev->kind == StepKind::conv || epilogue) || prev->act.kind != Activation::identity ||
-        detail::uses(p)[static_cast<std::size_t>(s.in)] != 1) {
+    if (!prev || !(prev->kind == StepKind::conv || epilogue) || prev->act.kind != Activation::identity) {
       ++i;
       continue;
     }
     prev->act = s.act;
-    detail::absorb(p, c, i, cutrain::detail::cat(s.act.kind, " ", s.module));
+    detail::absorb(p, static_cast<int>(prev - p.steps.data()), i, cutrain::detail::cat(s.act.kind, " ", s.module));
   }
 }
 

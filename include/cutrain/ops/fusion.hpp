@@ -100,6 +100,8 @@ class Fusion {
   explicit Fusion(fusion::Graph g, Options o = {})
       : g_(std::make_shared<const fusion::Graph>(std::move(g))), id_(next_id()), o_(o) {
     g_->check_complete("ops::Fusion");
+    params_ = g_->norm_parameters();
+    norm_ = g_->has(fusion::NodeKind::layer_norm) || g_->has(fusion::NodeKind::rms_norm);
   }
 
   const fusion::Graph& graph() const { return *g_; }
@@ -165,7 +167,7 @@ class Fusion {
           // 4-d outputs where the largest 4-d input is NHWC, except in graphs with a norm (row-major:
           // cuDNN's layer norm gave wrong NHWC results, ops/layer_norm.hpp). A norm's gamma and beta
           // go in f32.
-          const bool norm = g.has(fusion::NodeKind::layer_norm) || g.has(fusion::NodeKind::rms_norm);
+          const bool norm = norm_;
           bool nhwc = false;  // the largest 4-d input's layout (a [1, K, 1, 1] bias has none to speak of)
           std::int64_t largest = -1;
           for (const auto& t : inputs)
@@ -173,7 +175,6 @@ class Fusion {
               largest = t.numel();
               nhwc = t.layout() == Layout::nhwc;
             }
-          const auto params = g.norm_parameters();
           std::vector<Tensor<T>> ins;
           std::vector<Tensor<float>> f32;
           std::vector<cuda::cudnn::FusionTensor> args;
@@ -181,15 +182,12 @@ class Fusion {
           f32.reserve(inputs.size());
           for (std::size_t i = 0; i < inputs.size(); ++i) {
             const auto layout = norm ? Layout::row_major : detail::elementwise_layout(inputs[i]);
-            ins.push_back(detail::contiguous_aligned(inputs[i], layout));
-            if (params[i] && !std::same_as<T, float>) f32.push_back(ops::cast<float>(ins.back()));
-          }
-          for (std::size_t i = 0, k = 0; i < inputs.size(); ++i) {
-            if (params[i] && !std::same_as<T, float>) {
-              const auto& t = f32[k++];
-              args.push_back({&t.shape(), &t.strides(), t.data(), true});
+            const auto& t = ins.emplace_back(detail::contiguous_aligned(inputs[i], layout));
+            if (params_[i] && !std::same_as<T, float>) {
+              const auto& f = f32.emplace_back(ops::cast<float>(t));
+              args.push_back({&f.shape(), &f.strides(), f.data(), true});
             } else {
-              args.push_back({&ins[i].shape(), &ins[i].strides(), ins[i].data(), params[i]});
+              args.push_back({&t.shape(), &t.strides(), t.data(), params_[i]});
             }
           }
           std::vector<Tensor<T>> outs;
@@ -214,6 +212,8 @@ class Fusion {
   std::shared_ptr<const fusion::Graph> g_;
   std::uint64_t id_;
   Options o_;
+  std::vector<bool> params_;  // per input: a norm's gamma or beta (Graph::norm_parameters)
+  bool norm_ = false;         // the graph has a norm
 };
 
 }  // namespace cutrain::inline CUTRAIN_ABI::ops

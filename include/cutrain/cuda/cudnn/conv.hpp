@@ -6,6 +6,8 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <array>
+
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/cuda/cudnn/fusion_build.hpp"
 
@@ -33,12 +35,12 @@ GraphKey conv_graph_key(GraphOp op, int device, const Conv2dParams& p, bool stri
 inline Shape bias_dims(std::int64_t k) { return {1, k, 1, 1}; }
 inline Strides bias_strides(std::int64_t k) { return {k, 1, k, k}; }
 
-// Builds g (inputs `in`, its one output `out`) on a miss of `key`, and runs it on `ptrs` (the
-// inputs' data, then the output's). nhwc: the output's layout, which intermediates take.
+// Builds g (inputs `in`, its one output `out`) on a miss of `key`, and runs it on their data.
+// nhwc: the output's layout, which intermediates take.
 template <GpuFloat T, class Text, class Describe>
 void run_conv_graph(const GraphKey& key, std::string_view op, const Text& text, const Describe& describe,
                     std::span<const FusionTensor> in,
-                    const FusionTensor& out, bool nhwc, bool strict, std::span<const void* const> ptrs) {
+                    const FusionTensor& out, bool nhwc, bool strict) {
   PlanStore& store = plan_store();
   BuiltGraph* bg = store.find(key);
   if (!bg) {
@@ -52,7 +54,11 @@ void run_conv_graph(const GraphKey& key, std::string_view op, const Text& text, 
       return build_fusion<T>(g, shapes, nhwc, in, std::span<const FusionTensor>(&out, 1), dev, op, t, strict, planner);
     });
   }
-  execute(*bg, key.device(), ptrs, op);
+  std::array<const void*, 5> ptrs{};  // a conv graph's inputs (at most 4), then its output
+  std::size_t n = 0;
+  for (const auto& t : in) ptrs[n++] = t.data;
+  ptrs[n++] = out.data;
+  execute(*bg, key.device(), std::span<const void* const>(ptrs.data(), n), op);
 }
 
 template <class T>
@@ -89,11 +95,8 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
     g.output(v, "y");
     return g;
   };
-  const void* with_bias[] = {x.data(), w.data(), bias.data(), y.data()};
-  const void* without[] = {x.data(), w.data(), y.data()};
   detail::run_conv_graph<T>(key, op, text, describe, std::span(in, has_bias ? 3 : 2), detail::arg(y),
-                            y.layout() == Layout::nhwc, strict,
-                            has_bias ? std::span<const void* const>(with_bias) : std::span<const void* const>(without));
+                            y.layout() == Layout::nhwc, strict);
 }
 
 // dx = conv_transpose(dy, w); dx must be allocated with x's shape. With an activation, the
@@ -124,11 +127,8 @@ void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dP
     g.output(v, "dx");
     return g;
   };
-  const void* with_act[] = {dy.data(), w.data(), act_x.data(), dx.data()};
-  const void* without[] = {dy.data(), w.data(), dx.data()};
   detail::run_conv_graph<T>(key, op, text, describe, std::span(in, fused ? 3 : 2), detail::arg(dx),
-                            dx.layout() == Layout::nhwc, strict,
-                            fused ? std::span<const void* const>(with_act) : std::span<const void* const>(without));
+                            dx.layout() == Layout::nhwc, strict);
 }
 
 // y = conv_transpose(x, w) + bias, one graph: the dgrad of the conv2d p (dy := x, its filter w
@@ -158,8 +158,7 @@ void conv_transpose2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tens
     g.output(g.add(g.conv2d_dgrad(DY, W, p, y.shape()), B), "dx");
     return g;
   };
-  const void* ptrs[] = {x.data(), w.data(), bias.data(), y.data()};
-  detail::run_conv_graph<T>(key, op, text, describe, in, detail::arg(y), y.layout() == Layout::nhwc, strict, ptrs);
+  detail::run_conv_graph<T>(key, op, text, describe, in, detail::arg(y), y.layout() == Layout::nhwc, strict);
 }
 
 // dw = correlation of x with dy; dw must be allocated with w's shape.
@@ -180,8 +179,7 @@ void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2
     g.output(g.conv2d_wgrad(DY, X, p, dw.shape()), "dw");
     return g;
   };
-  const void* ptrs[] = {dy.data(), x.data(), dw.data()};
-  detail::run_conv_graph<T>(key, op, text, describe, in, detail::arg(dw), dw.layout() == Layout::nhwc, strict, ptrs);
+  detail::run_conv_graph<T>(key, op, text, describe, in, detail::arg(dw), dw.layout() == Layout::nhwc, strict);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn
