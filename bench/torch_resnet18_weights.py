@@ -50,13 +50,11 @@ def write_safetensors(path, tensors, metadata=None):
             f.write(b)
 
 
-def torch_model_and_logits(batch, seed):
+def resnet18_cifar(classes=10):
+    """The network as a torch.nn.Module (on the CPU, PyTorch's default init)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
-
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
 
     class BasicBlock(nn.Module):
         def __init__(self, cin, cout, stride):
@@ -92,8 +90,18 @@ def torch_model_and_logits(batch, seed):
                 x = getattr(self, f"layer{i}")(x)
             return self.fc(torch.flatten(self.avgpool(x), 1))
 
+    return ResNet18Cifar(classes)
+
+
+def torch_model_and_logits(batch, seed):
+    import torch
+    import torch.nn as nn
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
     torch.manual_seed(seed)
-    net = ResNet18Cifar()
+    net = resnet18_cifar()
     with torch.no_grad():
         for m in net.modules():
             if isinstance(m, nn.BatchNorm2d):

@@ -154,6 +154,8 @@ TEST_CASE("deploy engine: bad models, shapes and options name the reason", "[dep
                            [&] { deploy::compile<double>(net, Shape{0, 3, 8, 8}); }),
       bad<InvalidArgument>("min_batch above the batch", "deploy::compile", {"min_batch 3", "example batch 2"},
                            [&] { deploy::compile<double>(net, Shape{2, 3, 8, 8}, {.min_batch = 3}); }),
+      bad<InvalidArgument>("cuda_graph on the CPU", "deploy::compile", {"cuda_graph needs a GPU device, got cpu"},
+                           [&] { deploy::compile<double>(net, Shape{2, 3, 8, 8}, {.cuda_graph = true}); }),
       bad<InvalidArgument>("channels", "deploy::compile", {"module 0", "channels"},
                            [&] { deploy::compile<double>(net, Shape{2, 4, 8, 8}); }),
       bad<InvalidArgument>("linear features", "deploy::compile", {"module 0 (Linear 4 -> 2)", "[N, 4]", "[1,5]"},

@@ -163,7 +163,7 @@ TEST_CASE("fusion: layer norm + modulation + silu, rms norm + scale + relu (f64)
   Rng rng(15);
   const ops::Fusion f(modulated_norm());
   CHECK(f.graph().describe() == "y = silu(mul(layer_norm(x, gamma, beta), s))");
-  CHECK(f.graph().norm_parameters() == std::vector<bool>{false, true, true, false});
+  CHECK(f.graph().f32_inputs() == std::vector<bool>{false, true, true, false});
   auto X = random({2, 3, 2, 4}, rng), G = random({3, 2, 4}, rng), B = random({3, 2, 4}, rng), S = random({2, 3, 1, 1}, rng);
   const auto y = std::move(f(X, G, B, S)[0]);
   REQUIRE(y.shape() == X.shape());
@@ -366,14 +366,14 @@ TEST_CASE("fusion: bad graphs and bad inputs name the pattern and the reason", "
                              fusion::Graph g;
                              g.layer_norm(g.input("x"), g.input("g"), g.input("b"), 0.0);
                            }),
-      bad<InvalidArgument>("norm gamma used elsewhere", "ops::Fusion", {"'g' is a norm's gamma or beta"},
+      bad<InvalidArgument>("norm gamma used elsewhere", "ops::Fusion", {"takes g, a norm's parameter or statistic"},
                            [] {
                              fusion::Graph g;
                              auto x = g.input("x"), gm = g.input("g");
                              g.output(g.add(g.rms_norm(x, gm), gm), "y");
                              ops::Fusion{std::move(g)};
                            }),
-      bad<InvalidArgument>("computed gamma", "ops::Fusion", {"gamma and beta must be graph inputs"},
+      bad<InvalidArgument>("computed gamma", "ops::Fusion", {"must be graph inputs or norms' results"},
                            [] {
                              fusion::Graph g;
                              auto x = g.input("x"), gm = g.input("g");

@@ -1,6 +1,8 @@
 // deploy::compile on the GPU: a small ResNet (residual blocks, random batch-norm statistics) and
 // the reference CNN compiled in f32 (row-major) and bf16 (NHWC) against the same model's engine
 // on the CPU in f64 from the same weights; the fused residual convolutions run as cuDNN graphs.
+// With cuda_graph, replays per batch size give the eager engine's values for fresh inputs, from
+// the default stream and from a stream of the caller's.
 #include "parity.hpp"
 
 #include <string>
@@ -50,6 +52,47 @@ TEST_CASE("gpu deploy engine: compiled models match the CPU engine in f64", "[gp
   randomize(cnn, rng);
   check_engine<float>("cnn f32", cnn, Shape{16, 1, 28, 28}, Layout::row_major, rng, 1e-3);
   check_engine<bfloat16>("cnn bf16 nhwc", cnn, Shape{16, 1, 28, 28}, Layout::nhwc, rng, 5e-2);
+}
+
+TEST_CASE("gpu deploy engine: CUDA-graph replay per batch size matches the eager engine", "[gpu][deploy]") {
+  Rng rng(42);
+  nn::Sequential<double> resnet{nn::Conv2d<double>({.in = 3, .out = 32, .kernel = 3, .padding = 1, .bias = false}, rng),
+                                nn::BatchNorm2d<double>({.features = 32}),
+                                nn::ReLU{},
+                                nn::ResidualBlock<double>({.in = 32, .out = 64, .stride = 2}),
+                                nn::AdaptiveAvgPool2d{},
+                                nn::Flatten{},
+                                nn::Linear<double>({.in = 64, .out = 10}, rng)};
+  randomize(resnet, rng);
+  const Shape in{8, 3, 16, 16};
+  const deploy::CompileOptions eager_o{.device = Device::cuda(0), .layout = Layout::nhwc, .min_batch = 2};
+  auto graph_o = eager_o;
+  graph_o.cuda_graph = true;
+  const auto eager = deploy::compile<bfloat16>(resnet, in, eager_o);
+  const auto graphed = deploy::compile<bfloat16>(resnet, in, graph_o);
+  for (const std::int64_t batch : {8, 8, 3, 8, 3}) {  // new inputs each call: a stale output would differ
+    auto [x, xr] = random_pair<bfloat16>(Shape{batch, 3, 16, 16}, rng, Layout::row_major);
+    const auto y = graphed(x);
+    CHECK(y.shape() == Shape{batch, 10});
+    check_close("graph replay batch " + std::to_string(batch), y, cast<double>(eager(x).to(Device::cpu())), 1e-2);
+  }
+  {  // from a stream of the caller's: the engine's stream is ordered after it, and it after the replay
+    cuda::Stream s;
+    cuda::StreamGuard on(s.get());
+    auto [x, xr] = random_pair<bfloat16>(in, rng, Layout::row_major);
+    const auto y = graphed(x);
+    check_close("graph replay on a caller's stream", y, cast<double>(eager(x).to(Device::cpu())), 1e-2);
+  }
+  const auto c = graphed.captured();
+  REQUIRE(c.size() == 2);
+  CHECK(c[0].first == 3);
+  CHECK(c[1].first == 8);
+  CHECK(c[0].second > 5);
+  INFO(graphed.report());
+  CHECK(graphed.report().find("cuda graph: batch 8") != std::string::npos);
+  CHECK(eager.captured().empty());
+  auto [small, sr] = random_pair<bfloat16>(Shape{1, 3, 16, 16}, rng, Layout::row_major);
+  CHECK_THROWS_AS(graphed(small), InvalidArgument);  // below min_batch, as without graphs
 }
 
 }  // namespace cutrain_test_deploy_engine_gpu

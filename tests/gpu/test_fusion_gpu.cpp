@@ -1,7 +1,8 @@
 // Fusion graphs (ops/fusion.hpp) on cuDNN against the composition of cutrain's ops on the CPU in
 // f64, on fresh random data: conv + bias + residual add + relu (NHWC), matmul + bias + gelu, and
 // a frozen batch norm's scale + shift + relu, layer norm * modulation + silu and RMS norm + scale
-// + relu, in f32, bf16 and f16; the backward nodes (dgrad,
+// + relu, in f32, bf16 and f16; batch, layer and RMS norm in training with their statistics and
+// their backward nodes in f32 and bf16; the backward nodes (dgrad,
 // dgrad + relu backward, wgrad, relu backward + bias sum) in bf16; a built graph is reused; a
 // pattern with no engine throws a CudnnError naming it, and runs unfused when asked; autograd::fused
 // (user backward graphs, and cutrain's unfused backward) against the CPU.
@@ -131,6 +132,74 @@ void run_norms(Rng& rng) {
                   {Shape{256, 768, 1, 1}, Shape{768, 1, 1}}, false, rng, tol);
 }
 
+// Batch, layer and RMS norm in training with their statistics (batch norm + relu), and each
+// norm's backward node: every output, statistics and parameter gradients included (f32 on the
+// GPU, returned in T). Batch norm must have an engine; the others may run unfused.
+template <class T>
+void run_training_norms(Rng& rng) {
+  const double tol = std::same_as<T, float> ? 1e-4 : 3e-2;
+  const Shape x{8, 64, 14, 14}, c{64, 1, 1}, rows{256, 768, 1, 1}, d{768, 1, 1}, stat{256, 1, 1, 1};
+  fusion::Graph bn;
+  {
+    auto X = bn.input("x"), G = bn.input("gamma"), B = bn.input("beta");
+    auto RM = bn.input("running_mean"), RV = bn.input("running_var");
+    const auto r = bn.batch_norm(X, G, B, RM, RV, 1e-5, 0.1);
+    bn.output(bn.relu(r.y), "y");
+    bn.output(r.mean, "mean");
+    bn.output(r.inv_std, "inv_std");
+    bn.output(r.running_mean, "next_mean");
+    bn.output(r.running_var, "next_var");
+  }
+  CHECK(check_fusion<T>("batch_norm+relu train", ops::Fusion(std::move(bn)), {x, c, c, c, c}, false, rng, tol));
+  fusion::Graph bnb;
+  {
+    auto DY = bnb.input("dy"), X = bnb.input("x"), G = bnb.input("gamma"), M = bnb.input("mean");
+    auto I = bnb.input("inv_std");
+    const auto r = bnb.batch_norm_backward(DY, X, G, M, I);
+    bnb.output(r.dx, "dx");
+    bnb.output(r.dgamma, "dgamma");
+    bnb.output(r.dbeta, "dbeta");
+  }
+  CHECK(check_fusion<T>("batch_norm backward", ops::Fusion(std::move(bnb)), {x, x, c, c, c}, false, rng, tol));
+  fusion::Graph ln;
+  {
+    auto X = ln.input("x"), G = ln.input("gamma"), B = ln.input("beta");
+    const auto r = ln.layer_norm_train(X, G, B);
+    ln.output(r.y, "y");
+    ln.output(r.mean, "mean");
+    ln.output(r.inv_std, "inv_std");
+  }
+  check_fusion<T>("layer_norm train", ops::Fusion(std::move(ln), {.unfused_fallback = true}), {rows, d, d}, false, rng, tol);
+  fusion::Graph lnb;
+  {
+    auto DY = lnb.input("dy"), X = lnb.input("x"), G = lnb.input("gamma"), M = lnb.input("mean");
+    auto I = lnb.input("inv_std");
+    const auto r = lnb.layer_norm_backward(DY, X, G, M, I);
+    lnb.output(r.dx, "dx");
+    lnb.output(r.dgamma, "dgamma");
+    lnb.output(r.dbeta, "dbeta");
+  }
+  check_fusion<T>("layer_norm backward", ops::Fusion(std::move(lnb), {.unfused_fallback = true}),
+                  {rows, rows, d, stat, stat}, false, rng, tol);
+  fusion::Graph rms;
+  {
+    auto X = rms.input("x"), G = rms.input("gamma");
+    const auto r = rms.rms_norm_train(X, G);
+    rms.output(r.y, "y");
+    rms.output(r.inv_std, "inv_rms");
+  }
+  check_fusion<T>("rms_norm train", ops::Fusion(std::move(rms), {.unfused_fallback = true}), {rows, d}, false, rng, tol);
+  fusion::Graph rmsb;
+  {
+    auto DY = rmsb.input("dy"), X = rmsb.input("x"), G = rmsb.input("gamma"), I = rmsb.input("inv_rms");
+    const auto r = rmsb.rms_norm_backward(DY, X, G, I);
+    rmsb.output(r.dx, "dx");
+    rmsb.output(r.dgamma, "dgamma");
+  }
+  check_fusion<T>("rms_norm backward", ops::Fusion(std::move(rmsb), {.unfused_fallback = true}), {rows, rows, d, stat},
+                  false, rng, tol);
+}
+
 // autograd::fused(f, inputs, backward) on the GPU in T and on the CPU in f64 from the same values:
 // the output and every input's gradient, for the same random output gradient.
 template <class T>
@@ -170,6 +239,12 @@ TEST_CASE("gpu fusion: layer and RMS norm with a scale and an activation match i
   SECTION("f32") { run_norms<float>(rng); }
   SECTION("bf16") { run_norms<bfloat16>(rng); }
   SECTION("f16") { run_norms<cutrain::half>(rng); }
+}
+
+TEST_CASE("gpu fusion: training norms' statistics and norm backward nodes match in f64", "[gpu][fusion]") {
+  Rng rng(76);
+  SECTION("f32") { run_training_norms<float>(rng); }
+  SECTION("bf16") { run_training_norms<bfloat16>(rng); }
 }
 
 TEST_CASE("gpu fusion: backward nodes match the unfused ops in f64 (bf16 NHWC)", "[gpu][fusion]") {

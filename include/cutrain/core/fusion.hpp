@@ -1,12 +1,14 @@
 // A fusion graph's description: inputs (placeholders), nodes (convolution forward, backward data
 // and backward filter, matmul, pointwise binary ops, scale, activations and their backward, sums
-// down to a shape, layer and RMS norm) and outputs, independent of dtype and device. Its shapes come
-// from the tensors it is run on (infer_shapes). ops/fusion.hpp runs it: as one cuDNN graph on the
-// GPU (cuda/cudnn/fusion.hpp), as the composition of cutrain's ops on the CPU.
+// down to a shape; batch, layer and RMS norm, in training with their statistics, and their
+// backward) and outputs, independent of dtype and device. Its shapes come from the tensors it is
+// run on (fusion_shapes.hpp). ops/fusion.hpp runs it: as one cuDNN graph on the GPU
+// (cuda/cudnn/fusion.hpp), as the composition of cutrain's ops on the CPU.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -27,8 +29,41 @@ namespace cutrain::inline CUTRAIN_ABI::fusion {
 enum class NodeKind : std::uint8_t {
   input, conv2d, matmul, binary, scale, activation,
   conv2d_dgrad, conv2d_wgrad, activation_backward, sum_to,
-  layer_norm, rms_norm,  // new kinds go last: key_text numbers them
+  layer_norm, rms_norm,
+  batch_norm, layer_norm_train, rms_norm_train, batch_norm_backward, layer_norm_backward, rms_norm_backward,
+  part,  // new kinds go last: key_text numbers them
 };
+
+// A norm node: its y (or dx) is the node's value, its other results are `part` nodes.
+constexpr bool is_norm(NodeKind k) { return k >= NodeKind::layer_norm && k < NodeKind::part; }
+// The operand where a norm's f32 parameters and statistics start (gamma, beta, running or saved
+// statistics); what comes before is x (and dy) in the graph's dtype.
+constexpr int norm_param_slot(NodeKind k) { return k >= NodeKind::batch_norm_backward ? 2 : 1; }
+// How many results a node has: its value and its parts.
+constexpr int results(NodeKind k) {
+  switch (k) {
+    case NodeKind::batch_norm: return 5;
+    case NodeKind::layer_norm_train: case NodeKind::batch_norm_backward: case NodeKind::layer_norm_backward: return 3;
+    case NodeKind::rms_norm_train: case NodeKind::rms_norm_backward: return 2;
+    default: return 1;
+  }
+}
+// A node kind's name in messages and describe().
+inline const char* kind_name(NodeKind k) {
+  static constexpr std::array<const char*, 19> names{
+      "input", "conv2d", "matmul", "binary", "scale", "activation", "conv2d_dgrad", "conv2d_wgrad",
+      "activation_backward", "sum_to", "layer_norm", "rms_norm", "batch_norm", "layer_norm_train", "rms_norm_train",
+      "batch_norm_backward", "layer_norm_backward", "rms_norm_backward", "part"};
+  return names[static_cast<std::size_t>(k)];
+}
+// The name of result k of a node of kind k (0: its value).
+inline std::string_view result_name(NodeKind kind, int k) {
+  static constexpr std::array<std::string_view, 5> bn{"y", "mean", "inv_std", "running_mean", "running_var"};
+  static constexpr std::array<std::string_view, 3> grads{"dx", "dgamma", "dbeta"};
+  if (kind >= NodeKind::batch_norm_backward) return grads[static_cast<std::size_t>(k)];
+  if (kind == NodeKind::rms_norm_train) return k ? "inv_rms" : "y";
+  return bn[static_cast<std::size_t>(k)];
+}
 
 // A value of the graph: an input or a node's result (an index into Graph::nodes()).
 struct Value {
@@ -37,13 +72,28 @@ struct Value {
 
 struct Node {
   NodeKind kind = NodeKind::input;
-  int a = -1, b = -1, c = -1;  // operands (node ids); -1: none
+  int a = -1, b = -1, c = -1, d = -1, e = -1;  // operands (node ids); -1: none
   Conv2dParams conv{};
   BinaryOp binary = BinaryOp::add;
   ActivationParams act{};
-  double alpha = 1.0;  // scale; layer_norm, rms_norm: epsilon
-  Shape shape{};       // conv2d_dgrad: x's shape; conv2d_wgrad: w's shape; sum_to: the target
-  std::string name{};  // inputs and outputs
+  double alpha = 1.0;     // scale; norms: epsilon
+  double momentum = 0.1;  // batch_norm: the running statistics' momentum
+  int part = 0;           // part: which result of node a (1: the first after its value)
+  Shape shape{};          // conv2d_dgrad: x's shape; conv2d_wgrad: w's shape; sum_to: the target
+  std::string name{};     // inputs and outputs
+
+  std::array<int, 5> operands() const { return {a, b, c, d, e}; }
+};
+
+// The results of a node with several; a result the node does not have is Value{-1}.
+struct BatchNormResults {
+  Value y, mean, inv_std, running_mean, running_var;
+};
+struct NormTrainResults {
+  Value y, mean, inv_std;  // rms_norm_train: inv_std is inv_rms, mean has none
+};
+struct NormGradResults {
+  Value dx, dgamma, dbeta;  // rms_norm_backward: no dbeta
 };
 
 class Graph {
@@ -119,6 +169,47 @@ class Graph {
     check_eps("rms_norm", eps);
     return push(Node{.kind = NodeKind::rms_norm, .a = arg("rms_norm", x), .b = arg("rms_norm", gamma), .alpha = eps});
   }
+  // Training-phase norms with their statistics, and their backward (as ops::batch_norm_*,
+  // ops::layer_norm_*, ops::rms_norm_*). x and dy are 4-d [N, C, H, W]; batch norm's gamma, beta
+  // and running statistics are [C, 1, 1] (per channel, as a bias is), its mean and inv_std
+  // likewise, running_mean and running_var the updated running statistics (unbiased variance);
+  // layer and RMS norm's gamma and beta are [C, H, W] and their statistics [N, 1, 1, 1]. The
+  // parameters and statistics are f32 on the GPU. Every result must reach an output: cuDNN's norm
+  // nodes write them all.
+  BatchNormResults batch_norm(Value x, Value gamma, Value beta, Value running_mean, Value running_var,
+                              double eps = 1e-5, double momentum = 0.1) {
+    check_eps("batch_norm", eps);
+    CUTRAIN_REQUIRE(std::isfinite(momentum) && momentum >= 0 && momentum <= 1, InvalidArgument, "fusion::Graph",
+                    "batch_norm: momentum must be in [0, 1], got ", momentum);
+    const Value y = push(Node{.kind = NodeKind::batch_norm, .a = arg("batch_norm", x), .b = arg("batch_norm", gamma),
+                              .c = arg("batch_norm", beta), .d = arg("batch_norm", running_mean),
+                              .e = arg("batch_norm", running_var), .alpha = eps, .momentum = momentum});
+    return {y, part(y, 1), part(y, 2), part(y, 3), part(y, 4)};
+  }
+  NormTrainResults layer_norm_train(Value x, Value gamma, Value beta, double eps = 1e-5) {
+    check_eps("layer_norm_train", eps);
+    const Value y = push(Node{.kind = NodeKind::layer_norm_train, .a = arg("layer_norm_train", x),
+                              .b = arg("layer_norm_train", gamma), .c = arg("layer_norm_train", beta), .alpha = eps});
+    return {y, part(y, 1), part(y, 2)};
+  }
+  NormTrainResults rms_norm_train(Value x, Value gamma, double eps = 1e-5) {
+    check_eps("rms_norm_train", eps);
+    const Value y = push(Node{.kind = NodeKind::rms_norm_train, .a = arg("rms_norm_train", x),
+                              .b = arg("rms_norm_train", gamma), .alpha = eps});
+    return {y, Value{}, part(y, 1)};
+  }
+  NormGradResults batch_norm_backward(Value dy, Value x, Value gamma, Value mean, Value inv_std) {
+    return norm_backward(NodeKind::batch_norm_backward, "batch_norm_backward", dy, x, gamma, mean, inv_std);
+  }
+  NormGradResults layer_norm_backward(Value dy, Value x, Value gamma, Value mean, Value inv_std) {
+    return norm_backward(NodeKind::layer_norm_backward, "layer_norm_backward", dy, x, gamma, mean, inv_std);
+  }
+  NormGradResults rms_norm_backward(Value dy, Value x, Value gamma, Value inv_rms) {
+    const Value dx = push(Node{.kind = NodeKind::rms_norm_backward, .a = arg("rms_norm_backward", dy),
+                               .b = arg("rms_norm_backward", x), .c = arg("rms_norm_backward", gamma),
+                               .d = arg("rms_norm_backward", inv_rms)});
+    return {dx, part(dx, 1), Value{}};
+  }
   Value relu(Value a) { return activation(a, {.kind = Activation::relu}); }
   Value gelu(Value a) { return activation(a, {.kind = Activation::gelu_erf}); }
   Value gelu_tanh(Value a) { return activation(a, {.kind = Activation::gelu_tanh}); }
@@ -148,19 +239,45 @@ class Graph {
   }
   // Whether the graph has a convolution node (forward or backward).
   bool has_conv() const { return has(NodeKind::conv2d) || has(NodeKind::conv2d_dgrad) || has(NodeKind::conv2d_wgrad); }
-  // Whether every node has a derivative autograd::fused can take (no backward nodes).
-  bool differentiable() const {
-    return !has(NodeKind::conv2d_dgrad) && !has(NodeKind::conv2d_wgrad) && !has(NodeKind::activation_backward) &&
-           !has(NodeKind::sum_to);
+  bool has_norm() const {
+    for (const Node& n : nodes_)
+      if (is_norm(n.kind)) return true;
+    return false;
   }
-  static bool is_norm(NodeKind k) { return k == NodeKind::layer_norm || k == NodeKind::rms_norm; }
-  // Per input (g.inputs() order): whether it is a norm's gamma or beta, which the GPU takes in f32.
-  std::vector<bool> norm_parameters() const {
-    std::vector<bool> p(inputs_.size(), false);
-    for (std::size_t i = 0; i < inputs_.size(); ++i)
-      for (const Node& n : nodes_)
-        if (is_norm(n.kind) && (n.b == inputs_[i] || n.c == inputs_[i])) p[i] = true;
-    return p;
+  // Whether every node has a derivative autograd::fused can take (no backward nodes, no norm
+  // statistics).
+  bool differentiable() const {
+    for (const Node& n : nodes_)
+      if ((n.kind >= NodeKind::conv2d_dgrad && n.kind <= NodeKind::sum_to) || n.kind >= NodeKind::batch_norm)
+        return false;
+    return true;
+  }
+  // Per value (g.nodes() order): whether the GPU has it in f32 (a norm's parameters and
+  // statistics: inputs at a norm's parameter operands and the norm's parts), not in the dtype.
+  std::vector<bool> f32_values() const {
+    std::vector<bool> f(nodes_.size(), false);
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& n = nodes_[i];
+      if (n.kind == NodeKind::part) f[i] = true;
+      if (!is_norm(n.kind)) continue;
+      const auto ops = n.operands();
+      for (int k = norm_param_slot(n.kind); k < 5; ++k)
+        if (ops[static_cast<std::size_t>(k)] >= 0) f[static_cast<std::size_t>(ops[static_cast<std::size_t>(k)])] = true;
+    }
+    return f;
+  }
+  // Per input (g.inputs() order) and per output (g.outputs() order): f32_values() of each.
+  std::vector<bool> f32_inputs() const {
+    const auto f = f32_values();
+    std::vector<bool> r;
+    for (const int i : inputs_) r.push_back(f[static_cast<std::size_t>(i)]);
+    return r;
+  }
+  std::vector<bool> f32_outputs() const {
+    const auto f = f32_values();
+    std::vector<bool> r;
+    for (const auto& o : outputs_) r.push_back(f[static_cast<std::size_t>(o.first)]);
+    return r;
   }
 
   // The pattern as text, for messages: "y = relu(add(conv2d(x, w), bias))"; a node used more
@@ -187,7 +304,8 @@ class Graph {
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const Node& n = nodes_[i];
       s += detail::cat(i ? ";" : "", "%", i, "=", static_cast<int>(n.kind), "(", n.a, ",", n.b);
-      if (n.c >= 0) s += detail::cat(",", n.c);
+      for (const int o : {n.c, n.d, n.e})
+        if (o >= 0) s += detail::cat(",", o);
       switch (n.kind) {
         case NodeKind::input: s += "," + n.name; break;
         case NodeKind::conv2d: case NodeKind::conv2d_dgrad: case NodeKind::conv2d_wgrad: {
@@ -198,7 +316,11 @@ class Graph {
           break;
         }
         case NodeKind::binary: s += detail::cat(",", static_cast<int>(n.binary)); break;
-        case NodeKind::scale: case NodeKind::layer_norm: case NodeKind::rms_norm: s += "," + num(n.alpha); break;
+        case NodeKind::scale: case NodeKind::layer_norm: case NodeKind::rms_norm: case NodeKind::layer_norm_train:
+        case NodeKind::rms_norm_train: s += "," + num(n.alpha); break;
+        case NodeKind::batch_norm: s += "," + num(n.alpha) + "," + num(n.momentum); break;
+        case NodeKind::part: s += detail::cat(",", n.part); break;
+        case NodeKind::batch_norm_backward: case NodeKind::layer_norm_backward: case NodeKind::rms_norm_backward: break;
         case NodeKind::activation: case NodeKind::activation_backward:
           s += detail::cat(",", static_cast<int>(n.act.kind), ",") + num(n.act.alpha);
           break;
@@ -218,10 +340,8 @@ class Graph {
     for (auto it = outputs_.rbegin(); it != outputs_.rend(); ++it) used[static_cast<std::size_t>(it->first)] = true;
     for (int i = static_cast<int>(nodes_.size()) - 1; i >= 0; --i) {
       if (!used[static_cast<std::size_t>(i)]) continue;
-      const Node& n = nodes_[static_cast<std::size_t>(i)];
-      if (n.a >= 0) used[static_cast<std::size_t>(n.a)] = true;
-      if (n.b >= 0) used[static_cast<std::size_t>(n.b)] = true;
-      if (n.c >= 0) used[static_cast<std::size_t>(n.c)] = true;
+      for (const int o : nodes_[static_cast<std::size_t>(i)].operands())
+        if (o >= 0) used[static_cast<std::size_t>(o)] = true;
     }
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       if (used[i]) continue;
@@ -235,25 +355,39 @@ class Graph {
                     " inputs and outputs; a fusion graph takes at most ", max_tensors);
     CUTRAIN_REQUIRE(!(has_conv() && has(NodeKind::matmul)), NotImplemented, op, describe(),
                     ": a fusion graph holds convolutions or matmuls, not both");
-    CUTRAIN_REQUIRE(!(has(NodeKind::matmul) && (has(NodeKind::layer_norm) || has(NodeKind::rms_norm))), NotImplemented,
-                    op, describe(), ": a fusion graph with a norm takes 4-d tensors and no matmul");
-    // A norm's gamma and beta are inputs the GPU passes in f32: they feed norms' parameters only.
-    const auto params = norm_parameters();
-    for (std::size_t i = 0; i < inputs_.size(); ++i) {
-      if (!params[i]) continue;
-      for (const Node& m : nodes_)
-        CUTRAIN_REQUIRE(m.a != inputs_[i] && (is_norm(m.kind) || m.b != inputs_[i]), InvalidArgument, op, describe(),
-                        ": '", nodes_[static_cast<std::size_t>(inputs_[i])].name,
-                        "' is a norm's gamma or beta and so may feed norms' gamma and beta only");
+    CUTRAIN_REQUIRE(!(has(NodeKind::matmul) && has_norm()), NotImplemented, op, describe(),
+                    ": a fusion graph with a norm takes 4-d tensors and no matmul");
+    // A norm's parameters and statistics are f32 on the GPU: they are inputs or norms' results,
+    // and feed norms' parameter operands only (or outputs).
+    const auto f32 = f32_values();
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& m = nodes_[i];
+      if (m.kind == NodeKind::part) continue;
+      const auto ops = m.operands();
+      const int slot = is_norm(m.kind) ? norm_param_slot(m.kind) : 5;
+      for (int k = 0; k < 5; ++k) {
+        const int o = ops[static_cast<std::size_t>(k)];
+        if (o < 0) continue;
+        const Node& src = nodes_[static_cast<std::size_t>(o)];
+        if (k >= slot)
+          CUTRAIN_REQUIRE(src.kind == NodeKind::input || src.kind == NodeKind::part, InvalidArgument, op, describe(),
+                          ": node ", i, ": a norm's parameters and statistics must be graph inputs or norms' results");
+        else
+          CUTRAIN_REQUIRE(!f32[static_cast<std::size_t>(o)], InvalidArgument, op, describe(), ": node ", i, " takes ",
+                          expr(o, uses(), false),
+                          ", a norm's parameter or statistic (f32 on the GPU), which may feed norms' parameters only");
+      }
     }
-    for (const Node& m : nodes_)
-      if (is_norm(m.kind))
-        for (const int p : {m.b, m.c})
-          CUTRAIN_REQUIRE(p < 0 || nodes_[static_cast<std::size_t>(p)].kind == NodeKind::input, InvalidArgument, op,
-                          describe(), ": a norm's gamma and beta must be graph inputs");
   }
 
  private:
+  Value part(Value of, int k) { return push(Node{.kind = NodeKind::part, .a = of.id, .part = k}); }
+  NormGradResults norm_backward(NodeKind kind, std::string_view what, Value dy, Value x, Value gamma, Value mean,
+                                Value inv_std) {
+    const Value dx = push(Node{.kind = kind, .a = arg(what, dy), .b = arg(what, x), .c = arg(what, gamma),
+                               .d = arg(what, mean), .e = arg(what, inv_std)});
+    return {dx, part(dx, 1), part(dx, 2)};
+  }
   Value push(Node n) {
     nodes_.push_back(std::move(n));
     return Value{static_cast<int>(nodes_.size()) - 1};
@@ -276,11 +410,9 @@ class Graph {
   // How many nodes and outputs use each value.
   std::vector<int> uses() const {
     std::vector<int> u(nodes_.size(), 0);
-    for (const Node& n : nodes_) {
-      if (n.a >= 0) ++u[static_cast<std::size_t>(n.a)];
-      if (n.b >= 0) ++u[static_cast<std::size_t>(n.b)];
-      if (n.c >= 0) ++u[static_cast<std::size_t>(n.c)];
-    }
+    for (const Node& n : nodes_)
+      for (const int o : n.operands())
+        if (o >= 0) ++u[static_cast<std::size_t>(o)];
     for (const auto& o : outputs_) ++u[static_cast<std::size_t>(o.first)];
     return u;
   }
@@ -304,6 +436,16 @@ class Graph {
       case NodeKind::sum_to: return detail::cat("sum_to(", e(n.a), ", ", n.shape, ")");
       case NodeKind::layer_norm: return "layer_norm(" + e(n.a) + ", " + e(n.b) + ", " + e(n.c) + ")";
       case NodeKind::rms_norm: return "rms_norm(" + e(n.a) + ", " + e(n.b) + ")";
+      case NodeKind::part:
+        return std::string(result_name(nodes_[static_cast<std::size_t>(n.a)].kind, n.part)) + "(" + e(n.a) + ")";
+      case NodeKind::batch_norm: case NodeKind::layer_norm_train: case NodeKind::rms_norm_train:
+      case NodeKind::batch_norm_backward: case NodeKind::layer_norm_backward: case NodeKind::rms_norm_backward: {
+        std::string t = kind_name(n.kind);
+        const char* sep = "(";
+        for (const int o : n.operands())
+          if (o >= 0) t += sep + e(o), sep = ", ";
+        return t + ")";
+      }
     }
     return "?";
   }
@@ -312,107 +454,5 @@ class Graph {
   std::vector<int> inputs_;
   std::vector<std::pair<int, std::string>> outputs_;
 };
-
-// The rank a GPU graph describes every tensor at: 4, or 3 with a matmul (cuDNN's batched
-// [B, M, K] x [B, K, N]). No value may have a higher rank.
-inline int described_rank(const Graph& g) { return g.has(NodeKind::matmul) ? 3 : 4; }
-
-// The shape of every value (indexed like g.nodes()) when the inputs have `inputs`' shapes, in
-// g.inputs() order; InvalidArgument names the pattern, the node and the shapes.
-inline std::vector<Shape> infer_shapes(const Graph& g, const std::vector<Shape>& inputs, std::string_view op) {
-  CUTRAIN_REQUIRE(inputs.size() == g.inputs().size(), InvalidArgument, op, g.describe(), ": takes ",
-                  g.inputs().size(), " inputs, got ", inputs.size());
-  std::vector<Shape> s(g.nodes().size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) s[static_cast<std::size_t>(g.inputs()[i])] = inputs[i];
-  const auto at = [&](int id) -> const Shape& { return s[static_cast<std::size_t>(id)]; };
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    try {
-      switch (n.kind) {
-        case NodeKind::input: break;
-        case NodeKind::conv2d: s[i] = conv2d_output_shape(at(n.a), at(n.b), n.conv, "conv2d"); break;
-        case NodeKind::matmul: {
-          const Shape &a = at(n.a), &b = at(n.b);
-          CUTRAIN_REQUIRE((a.rank() == 2 || a.rank() == 3) && (b.rank() == 2 || b.rank() == 3), InvalidArgument,
-                          "matmul", "takes operands of rank 2 or 3, got ", a, " and ", b);
-          const std::int64_t m = a[a.rank() - 2], k = a[a.rank() - 1], kb = b[b.rank() - 2], nn = b[b.rank() - 1];
-          CUTRAIN_REQUIRE(k == kb, InvalidArgument, "matmul", a, " x ", b, ": inner dims ", k, " and ", kb, " differ");
-          const std::int64_t ba = a.rank() == 3 ? a[0] : 1, bb = b.rank() == 3 ? b[0] : 1;
-          CUTRAIN_REQUIRE(ba == bb || ba == 1 || bb == 1, InvalidArgument, "matmul", a, " x ", b, ": batches ", ba,
-                          " and ", bb, " differ");
-          s[i] = (a.rank() == 3 || b.rank() == 3) ? Shape{ba > bb ? ba : bb, m, nn} : Shape{m, nn};
-          break;
-        }
-        case NodeKind::binary: s[i] = broadcast_shape(to_string(n.binary), at(n.a), at(n.b)); break;
-        case NodeKind::scale:
-        case NodeKind::activation: s[i] = at(n.a); break;
-        case NodeKind::conv2d_dgrad: {
-          const Shape y = conv2d_output_shape(n.shape, at(n.b), n.conv, "conv2d_dgrad");
-          CUTRAIN_REQUIRE(at(n.a) == y, InvalidArgument, "conv2d_dgrad", "dy ", at(n.a), " is not the output shape ", y,
-                          " of x ", n.shape, " and w ", at(n.b));
-          s[i] = n.shape;
-          break;
-        }
-        case NodeKind::conv2d_wgrad: {
-          const Shape y = conv2d_output_shape(at(n.b), n.shape, n.conv, "conv2d_wgrad");
-          CUTRAIN_REQUIRE(at(n.a) == y, InvalidArgument, "conv2d_wgrad", "dy ", at(n.a), " is not the output shape ", y,
-                          " of x ", at(n.b), " and w ", n.shape);
-          s[i] = n.shape;
-          break;
-        }
-        case NodeKind::activation_backward:
-          CUTRAIN_REQUIRE(at(n.a) == at(n.b), InvalidArgument, "activation_backward", "dy ", at(n.a), " and x ", at(n.b),
-                          " differ in shape");
-          s[i] = at(n.a);
-          break;
-        case NodeKind::sum_to:
-          detail::sum_to_dims("sum_to", at(n.a), n.shape);
-          s[i] = n.shape;
-          break;
-        case NodeKind::layer_norm:
-        case NodeKind::rms_norm: {
-          const char* what = n.kind == NodeKind::layer_norm ? "layer_norm" : "rms_norm";
-          const Shape& x = at(n.a);
-          CUTRAIN_REQUIRE(x.rank() == 4, InvalidArgument, what, "x ", x,
-                          " must be 4-d [N, C, H, W], normalized over C, H, W (view [rows, D] as [rows, D, 1, 1])");
-          const Shape p{x[1], x[2], x[3]};
-          CUTRAIN_REQUIRE(at(n.b) == p, InvalidArgument, what, "gamma ", at(n.b), " must be x's [C, H, W] ", p, " (x ", x,
-                          ")");
-          CUTRAIN_REQUIRE(n.c < 0 || at(n.c) == p, InvalidArgument, what, "beta ", at(n.c), " must be x's [C, H, W] ", p,
-                          " (x ", x, ")");
-          s[i] = x;
-          break;
-        }
-      }
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(op, detail::cat(g.describe(), ": node ", i, ": ", e.what()));
-    }
-    CUTRAIN_REQUIRE(s[i].rank() <= described_rank(g), NotImplemented, op, g.describe(), ": node ", i, " has shape ",
-                    s[i], "; fusion graphs take tensors of rank <= 4 (<= 3 with a matmul)");
-  }
-  return s;
-}
-
-// s and st with leading dims of 1 up to rank r (the broadcasting alignment, from the right).
-inline std::pair<Shape, Strides> at_rank(const Shape& s, const Strides& st, int r) {
-  CUTRAIN_REQUIRE(s.rank() <= r, NotImplemented, "fusion", "shape ", s, " has rank above ", r);
-  std::vector<std::int64_t> d(static_cast<std::size_t>(r), 1), t(static_cast<std::size_t>(r), 1);
-  const int lead = r - s.rank();
-  const std::int64_t outer = s.rank() == 0 ? 1 : s[0] * st[0];
-  for (int i = 0; i < r; ++i) {
-    t[static_cast<std::size_t>(i)] = i < lead ? outer : st[i - lead];
-    d[static_cast<std::size_t>(i)] = i < lead ? 1 : s[i - lead];
-  }
-  return {Shape(std::move(d)), std::move(t)};
-}
-
-// Packed strides of s: NHWC order for a 4-d s when nhwc, else row-major.
-inline Strides packed_strides(const Shape& s, bool nhwc) {
-  if (nhwc && s.rank() == 4) return Strides{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
-  std::vector<std::int64_t> st(static_cast<std::size_t>(s.rank()), 1);
-  for (int i = s.rank() - 2; i >= 0; --i)
-    st[static_cast<std::size_t>(i)] = st[static_cast<std::size_t>(i) + 1] * s[i + 1];
-  return st;
-}
 
 }  // namespace cutrain::inline CUTRAIN_ABI::fusion

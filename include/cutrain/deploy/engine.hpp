@@ -4,7 +4,9 @@
 // convolutions before them (one cuDNN graph each on the GPU, through ops::Fusion), activations
 // into linear layers' cuBLASLt epilogues, dropout removed; every weight is converted to E and
 // laid out for the device once, at compile time. Each activation is released after its last
-// reader (the memory plan's lifetimes), so the allocator reuses its memory for later ones.
+// reader (the memory plan's lifetimes), so the allocator reuses its memory for later ones. With
+// cuda_graph, each batch size's forward is captured as one CUDA graph at its first call and
+// replayed after (one launch instead of one per op).
 //
 //   auto engine = deploy::compile<bfloat16>(model, Shape{256, 1, 28, 28}, {.device = Device::cuda(0)});
 //   Tensor<bfloat16> logits = engine(images);   // [N, 10], N <= 256
@@ -14,6 +16,9 @@
 #include "cutrain/core/abi.hpp"
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +34,10 @@
 #include "cutrain/ops/linear.hpp"
 #include "cutrain/ops/pool2d.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cuda_graph.hpp"
+#endif
+
 namespace cutrain::inline CUTRAIN_ABI::deploy {
 
 struct CompileOptions {
@@ -41,6 +50,11 @@ struct CompileOptions {
   std::int64_t min_batch = 1;
   // false: the plan as lowered (no folding or fusion), for comparisons.
   bool fuse = true;
+  // GPU only: each batch size's forward is captured as one CUDA graph at its first call (after
+  // one warm-up run) and replayed at later calls, on a stream of the engine's own, ordered after
+  // the caller's stream by events. A call copies x into the graph's input and its output out;
+  // every captured batch size keeps its graph's activations (its own memory pool).
+  bool cuda_graph = false;
 };
 
 template <class E>
@@ -57,24 +71,29 @@ class Engine {
                     " with a batch of ", opt_.min_batch, " to ", want[0]);
     CUTRAIN_REQUIRE(x.device() == opt_.device, DeviceError, op, "x ", x.describe(), " is not on the engine's device ",
                     opt_.device);
-    std::vector<Tensor<E>> v(plan_.shapes.size());
-    v[0] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.view();
-    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
-      const auto& s = plan_.steps[i];
-      v[static_cast<std::size_t>(s.out)] = run(i, v);
-      for (const int u : {s.in, s.in2})  // released after its last reader
-        if (u >= 0 && u != plan_.output && memory_.life[static_cast<std::size_t>(u)].second == static_cast<int>(i))
-          v[static_cast<std::size_t>(u)] = {};
-    }
-    return std::move(v[static_cast<std::size_t>(plan_.output)]);
+#ifdef CUTRAIN_WITH_CUDA
+    if (replays_) return replay(x);
+#endif
+    return forward(x);
   }
 
   const Plan<E>& plan() const { return plan_; }
   const MemoryPlan& memory() const { return memory_; }
   const CompileOptions& options() const { return opt_; }
 
+  // The batch sizes captured as CUDA graphs so far (cuda_graph), with each graph's node count.
+  std::vector<std::pair<std::int64_t, std::size_t>> captured() const {
+    std::vector<std::pair<std::int64_t, std::size_t>> r;
+#ifdef CUTRAIN_WITH_CUDA
+    if (!replays_) return r;
+    std::lock_guard lock(replays_->m);
+    for (const auto& [batch, c] : replays_->by_batch) r.emplace_back(batch, c->graph.nodes());
+#endif
+    return r;
+  }
+
   // One line per step (its kind, output shape, module and what was fused into it), the removed
-  // modules, and the memory plan's arena against the sum of all activations.
+  // modules, the memory plan's arena against the sum of all activations, and the captured graphs.
   std::string report() const {
     std::string r;
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
@@ -88,12 +107,80 @@ class Engine {
     r += cutrain::detail::cat("activations at batch ", plan_.shapes[0][0], ": ", memory_.arena, " bytes planned, ",
                               memory_.total, " bytes in all (", memory_.total ? 1.0 * memory_.arena / memory_.total : 0.0,
                               "x)\n");
+    for (const auto& [batch, nodes] : captured())
+      r += cutrain::detail::cat("cuda graph: batch ", batch, ", ", nodes, " nodes\n");
     return r;
   }
 
  private:
   template <class F, class T>
   friend Engine<F> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o);
+
+  // The plan's steps on x, each activation released after its last reader.
+  Tensor<E> forward(const Tensor<E>& x) const {
+    std::vector<Tensor<E>> v(plan_.shapes.size());
+    v[0] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.view();
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+      const auto& s = plan_.steps[i];
+      v[static_cast<std::size_t>(s.out)] = run(i, v);
+      for (const int u : {s.in, s.in2})  // released after its last reader
+        if (u >= 0 && u != plan_.output && memory_.life[static_cast<std::size_t>(u)].second == static_cast<int>(i))
+          v[static_cast<std::size_t>(u)] = {};
+    }
+    return std::move(v[static_cast<std::size_t>(plan_.output)]);
+  }
+
+#ifdef CUTRAIN_WITH_CUDA
+  // One batch size's captured forward: its input, its output (the graph's memory) and the graph.
+  struct Replay {
+    cuda::CudaGraph graph;  // first: destroyed last, after the tensors of its pool
+    Tensor<E> x, y;
+  };
+  struct Replays {
+    explicit Replays(int device) : stream(device) {}
+    cuda::Stream stream;
+    cuda::Event ready, done;  // the caller's stream up to the call; the engine's up to its replay
+    std::map<std::int64_t, std::unique_ptr<Replay>> by_batch;
+    std::mutex m;
+  };
+
+  // x copied into the batch's graph input on the caller's stream, the graph replayed on the
+  // engine's stream after it (captured first, after a warm-up run, at a batch's first call), the
+  // output copied out on the caller's stream after the replay.
+  Tensor<E> replay(const Tensor<E>& x) const {
+    constexpr std::string_view op = "deploy::Engine";
+    Replays& r = *replays_;
+    std::lock_guard lock(r.m);
+    const cudaStream_t caller = cuda::current_stream(), own = r.stream.get();
+    auto& slot = r.by_batch[x.dim(0)];
+    const bool fresh = !slot;
+    if (fresh) {
+      slot = std::make_unique<Replay>();
+      slot->x = Tensor<E>(x.shape(), {.layout = x.rank() == 4 ? opt_.layout : Layout::row_major, .device = opt_.device});
+    }
+    slot->x.copy_from(x);
+    r.ready.record(caller);
+    {
+      cuda::StreamGuard on(own);
+      cuda::check(cudaStreamWaitEvent(own, r.ready.get(), 0), op, "cudaStreamWaitEvent");
+      if (fresh) {
+        try {
+          (void)forward(slot->x);  // plans built, kernels loaded, the workspace grown: none of it may be captured
+          slot->graph.capture([&] { slot->y = forward(slot->x); });
+        } catch (...) {
+          r.by_batch.erase(x.dim(0));
+          throw;
+        }
+      }
+      slot->graph.replay();
+      r.done.record(own);
+    }
+    cuda::check(cudaStreamWaitEvent(caller, r.done.get(), 0), op, "cudaStreamWaitEvent");
+    return slot->y.clone(slot->y.layout());
+  }
+
+  std::shared_ptr<Replays> replays_;  // cuda_graph: the captured batch sizes (shared: Engine moves)
+#endif
 
   Tensor<E> run(std::size_t i, const std::vector<Tensor<E>>& v) const {
     const auto& s = plan_.steps[i];
@@ -148,8 +235,13 @@ Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, co
     fuse_residual_adds(p);
     fuse_activations(p);
   }
+  CUTRAIN_REQUIRE(!o.cuda_graph || o.device.is_cuda(), InvalidArgument, compile_op,
+                  "cuda_graph needs a GPU device, got ", o.device);
   Engine<E> e;
   e.opt_ = o;
+#ifdef CUTRAIN_WITH_CUDA
+  if (o.cuda_graph) e.replays_ = std::make_shared<typename Engine<E>::Replays>(o.device.index);
+#endif
   e.plan_.shapes = p.shapes;
   e.plan_.output = p.output;
   e.plan_.removed = p.removed;

@@ -20,6 +20,7 @@
 #include "cutrain/autograd/functions/matmul.hpp"
 #include "cutrain/autograd/functions/norm_activation.hpp"
 #include "cutrain/autograd/functions/record.hpp"
+#include "cutrain/autograd/functions/view.hpp"
 #include "cutrain/ops/fusion.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::autograd {
@@ -43,17 +44,29 @@ Var<T> fusion_unfused(const fusion::Graph& g, const std::vector<Var<T>>& inputs)
       case fusion::NodeKind::binary: v[i] = detail::binary_var(n.binary, "autograd::fused", at(n.a), at(n.b)); break;
       case fusion::NodeKind::scale: v[i] = scale(at(n.a), n.alpha); break;
       case fusion::NodeKind::activation: v[i] = activation(at(n.a), n.act); break;
-      case fusion::NodeKind::layer_norm: {
+      case fusion::NodeKind::layer_norm:
+      case fusion::NodeKind::rms_norm: {
         using S = ops::detail::fusion_norm_param_t<T>;
-        v[i] = layer_norm(at(n.a), cast<S>(at(n.b)), cast<S>(at(n.c)), n.alpha);
+        const auto& x = at(n.a).value();
+        const Shape chw{x.dim(1), x.dim(2), x.dim(3)};  // gamma may be [1, C, H, W] (infer_shapes)
+        const auto param = [&](int id) { return reshape(cast<S>(at(id)), chw); };
+        v[i] = n.kind == fusion::NodeKind::layer_norm ? layer_norm(at(n.a), param(n.b), param(n.c), n.alpha)
+                                                      : rms_norm(at(n.a), param(n.b), n.alpha);
         break;
       }
-      case fusion::NodeKind::rms_norm: v[i] = rms_norm(at(n.a), cast<ops::detail::fusion_norm_param_t<T>>(at(n.b)), n.alpha); break;
       case fusion::NodeKind::conv2d_dgrad:
       case fusion::NodeKind::conv2d_wgrad:
       case fusion::NodeKind::activation_backward:
-      case fusion::NodeKind::sum_to:  // refused by fused(): these have no derivative here
-        throw NotImplemented("autograd::fused", g.describe() + ": backward nodes are not differentiable");
+      case fusion::NodeKind::sum_to:
+      case fusion::NodeKind::batch_norm:
+      case fusion::NodeKind::layer_norm_train:
+      case fusion::NodeKind::rms_norm_train:
+      case fusion::NodeKind::batch_norm_backward:
+      case fusion::NodeKind::layer_norm_backward:
+      case fusion::NodeKind::rms_norm_backward:
+      case fusion::NodeKind::part:  // refused by fused(): these have no derivative here
+        throw NotImplemented("autograd::fused",
+                             g.describe() + ": backward nodes and norms' statistics are not differentiable");
     }
   }
   return v[static_cast<std::size_t>(g.outputs().front().first)];

@@ -6,8 +6,6 @@
 
 #include "cutrain/core/abi.hpp"
 
-#include <array>
-
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/cuda/cudnn/fusion_build.hpp"
 
@@ -35,36 +33,6 @@ GraphKey conv_graph_key(GraphOp op, int device, const Conv2dParams& p, bool stri
 inline Shape bias_dims(std::int64_t k) { return {1, k, 1, 1}; }
 inline Strides bias_strides(std::int64_t k) { return {k, 1, k, k}; }
 
-// Builds g (inputs `in`, its one output `out`) on a miss of `key`, and runs it on their data.
-// nhwc: the output's layout, which intermediates take.
-template <GpuFloat T, class Text, class Describe>
-void run_conv_graph(const GraphKey& key, std::string_view op, const Text& text, const Describe& describe,
-                    std::span<const FusionTensor> in,
-                    const FusionTensor& out, bool nhwc, bool strict) {
-  PlanStore& store = plan_store();
-  BuiltGraph* bg = store.find(key);
-  if (!bg) {
-    const int dev = key.device();
-    const fusion::Graph g = describe();
-    std::vector<Shape> in_shapes;
-    for (const auto& t : in) in_shapes.push_back(*t.shape);
-    const auto shapes = fusion::infer_shapes(g, in_shapes, op);
-    const std::string t = text();
-    bg = &store.build(key, t, autotune::Planner::for_graph(dev, family(key.op())), [&](autotune::Planner& planner) {
-      return build_fusion<T>(g, shapes, nhwc, in, std::span<const FusionTensor>(&out, 1), dev, op, t, strict, planner);
-    });
-  }
-  std::array<const void*, 5> ptrs{};  // a conv graph's inputs (at most 4), then its output
-  std::size_t n = 0;
-  for (const auto& t : in) ptrs[n++] = t.data;
-  ptrs[n++] = out.data;
-  execute(*bg, key.device(), std::span<const void* const>(ptrs.data(), n), op);
-}
-
-template <class T>
-FusionTensor arg(const Tensor<T>& t) {
-  return {&t.shape(), &t.strides(), t.data()};
-}
 }  // namespace detail
 
 // y = act(conv(x, w) (+ bias)), one graph. y must be allocated with the output shape; bias may
@@ -80,7 +48,7 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
   key.add(has_bias).add(static_cast<int>(act.kind)).add(act.alpha);
   const Shape bs = detail::bias_dims(w.dim(0));
   const Strides bst = detail::bias_strides(w.dim(0));
-  const FusionTensor in[] = {detail::arg(x), detail::arg(w), {&bs, &bst, bias.data()}};
+  const FusionTensor in[] = {fusion_arg(x), fusion_arg(w), {&bs, &bst, bias.data()}};
   const auto text = [&] {
     return detail::conv_key<T>("fprop", p, strict) + signature(" x", x.shape(), x.strides()) +
            signature(" w", w.shape(), w.strides()) + signature(" y", y.shape(), y.strides()) +
@@ -95,8 +63,8 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
     g.output(v, "y");
     return g;
   };
-  detail::run_conv_graph<T>(key, op, text, describe, std::span(in, has_bias ? 3 : 2), detail::arg(y),
-                            y.layout() == Layout::nhwc, strict);
+  run_graph<T>(key, op, text, describe, std::span(in, has_bias ? 3 : 2), std::array{fusion_arg(y)},
+               y.layout() == Layout::nhwc, strict);
 }
 
 // dx = conv_transpose(dy, w); dx must be allocated with x's shape. With an activation, the
@@ -112,7 +80,7 @@ void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dP
   key.add(dy.shape(), dy.strides()).add(w.shape(), w.strides()).add(dx.shape(), dx.strides());
   key.add(static_cast<int>(act.kind)).add(act.alpha);
   if (fused) key.add(act_x.shape(), act_x.strides());
-  const FusionTensor in[] = {detail::arg(dy), detail::arg(w), detail::arg(act_x)};
+  const FusionTensor in[] = {fusion_arg(dy), fusion_arg(w), fusion_arg(act_x)};
   const auto text = [&] {
     std::string t = detail::conv_key<T>("dgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
                     signature(" w", w.shape(), w.strides()) + signature(" dx", dx.shape(), dx.strides());
@@ -127,8 +95,8 @@ void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dP
     g.output(v, "dx");
     return g;
   };
-  detail::run_conv_graph<T>(key, op, text, describe, std::span(in, fused ? 3 : 2), detail::arg(dx),
-                            dx.layout() == Layout::nhwc, strict);
+  run_graph<T>(key, op, text, describe, std::span(in, fused ? 3 : 2), std::array{fusion_arg(dx)},
+               dx.layout() == Layout::nhwc, strict);
 }
 
 // y = conv_transpose(x, w) + bias, one graph: the dgrad of the conv2d p (dy := x, its filter w
@@ -147,7 +115,7 @@ void conv_transpose2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tens
   key.add(x.shape(), x.strides()).add(w.shape(), w.strides()).add(y.shape(), y.strides());
   const Shape bs = detail::bias_dims(y.dim(1));
   const Strides bst = detail::bias_strides(y.dim(1));
-  const FusionTensor in[] = {detail::arg(x), detail::arg(w), {&bs, &bst, bias.data()}};
+  const FusionTensor in[] = {fusion_arg(x), fusion_arg(w), {&bs, &bst, bias.data()}};
   const auto text = [&] {
     return detail::conv_key<T>("dgrad", p, strict) + signature(" dy", x.shape(), x.strides()) +
            signature(" w", w.shape(), w.strides()) + signature(" dx", y.shape(), y.strides()) + " +bias";
@@ -158,7 +126,7 @@ void conv_transpose2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tens
     g.output(g.add(g.conv2d_dgrad(DY, W, p, y.shape()), B), "dx");
     return g;
   };
-  detail::run_conv_graph<T>(key, op, text, describe, in, detail::arg(y), y.layout() == Layout::nhwc, strict);
+  run_graph<T>(key, op, text, describe, in, std::array{fusion_arg(y)}, y.layout() == Layout::nhwc, strict);
 }
 
 // dw = correlation of x with dy; dw must be allocated with w's shape.
@@ -168,7 +136,7 @@ void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2
   const bool strict = detail::strict_f32<T>();
   GraphKey key = detail::conv_graph_key<T>(GraphOp::conv_wgrad, dy.device().index, p, strict);
   key.add(dy.shape(), dy.strides()).add(x.shape(), x.strides()).add(dw.shape(), dw.strides());
-  const FusionTensor in[] = {detail::arg(dy), detail::arg(x)};
+  const FusionTensor in[] = {fusion_arg(dy), fusion_arg(x)};
   const auto text = [&] {
     return detail::conv_key<T>("wgrad", p, strict) + signature(" dy", dy.shape(), dy.strides()) +
            signature(" x", x.shape(), x.strides()) + signature(" dw", dw.shape(), dw.strides());
@@ -179,7 +147,7 @@ void conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const Conv2
     g.output(g.conv2d_wgrad(DY, X, p, dw.shape()), "dw");
     return g;
   };
-  detail::run_conv_graph<T>(key, op, text, describe, in, detail::arg(dw), dw.layout() == Layout::nhwc, strict);
+  run_graph<T>(key, op, text, describe, in, std::array{fusion_arg(dw)}, dw.layout() == Layout::nhwc, strict);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn

@@ -13,21 +13,20 @@
 #include <string>
 #include <vector>
 
-#include "cutrain/core/fusion.hpp"
+#include "cutrain/core/fusion_shapes.hpp"
 #include "cutrain/cuda/cudnn/fusion_build.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 
-// Runs a user's g on inputs (g.inputs() order) into outputs (g.outputs() order), allocated by
-// the caller with the shapes infer_shapes gives (`shapes`, one per value). `id` names the graph
+// Runs a user's g on device `dev`, on inputs (g.inputs() order) into outputs (g.outputs() order),
+// allocated by the caller with the shapes infer_shapes gives (`shapes`, one per value). `id` names the graph
 // in the plan store's key (ops::Fusion numbers its graphs); the graph's text names it in plan
 // files, the tuning cache and messages. Throws CudnnError naming the pattern and cuDNN's first
 // reason where no engine runs it.
 template <GpuFloat T>
 void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<Shape>& shapes, bool nhwc,
-                    std::span<const FusionTensor> inputs, std::span<Tensor<T>> outputs) {
+                    std::span<const FusionTensor> inputs, std::span<const FusionTensor> outputs, int dev) {
   constexpr std::string_view op = "fusion";
-  const int dev = outputs[0].device().index;
   const bool has_conv = g.has_conv();
   // TF32 is a tensor-core matter: pointwise-only graphs are built without that filter (in f32 no
   // engine is left with it), as cutrain's activation and norm graphs are.
@@ -36,7 +35,7 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
   GraphKey key(GraphOp::fusion, dev);
   key.add(static_cast<std::int64_t>(id)).add(dtype_of<T>).add(strict).add(nhwc);
   for (const auto& t : inputs) key.add(*t.shape, *t.strides);
-  for (const auto& t : outputs) key.add(t.shape(), t.strides());
+  for (const auto& t : outputs) key.add(*t.shape, *t.strides);
   PlanStore& store = plan_store();
   BuiltGraph* bg = store.find(key);
   if (!bg) {
@@ -48,23 +47,19 @@ void fusion_forward(const fusion::Graph& g, std::uint64_t id, const std::vector<
     for (std::size_t i = 0; i < inputs.size(); ++i)
       text += signature((" " + nodes[static_cast<std::size_t>(g.inputs()[i])].name).c_str(), *inputs[i].shape,
                         *inputs[i].strides);
-    std::vector<FusionTensor> outs;
-    for (std::size_t i = 0; i < outputs.size(); ++i) {
-      text += signature((" " + g.outputs()[i].second).c_str(), outputs[i].shape(), outputs[i].strides());
-      outs.push_back({&outputs[i].shape(), &outputs[i].strides(), outputs[i].data()});
-    }
-    const auto family = has_conv ? autotune::GraphFamily::convolution
-                        : (g.has(fusion::NodeKind::layer_norm) || g.has(fusion::NodeKind::rms_norm))
-                            ? autotune::GraphFamily::normalization
-                            : autotune::GraphFamily::pointwise;
+    for (std::size_t i = 0; i < outputs.size(); ++i)
+      text += signature((" " + g.outputs()[i].second).c_str(), *outputs[i].shape, *outputs[i].strides);
+    const auto family = has_conv         ? autotune::GraphFamily::convolution
+                        : g.has_norm()   ? autotune::GraphFamily::normalization
+                                         : autotune::GraphFamily::pointwise;
     bg = &store.build(key, text, autotune::Planner::for_graph(dev, family), [&](autotune::Planner& planner) {
-      return build_fusion<T>(g, shapes, nhwc, inputs, outs, dev, op, text, strict, planner);
+      return build_fusion<T>(g, shapes, nhwc, inputs, outputs, dev, op, text, strict, planner);
     });
   }
   std::array<const void*, fusion::Graph::max_tensors> ptrs{};  // check_complete: inputs + outputs fit
   std::size_t n = 0;
   for (const auto& t : inputs) ptrs[n++] = t.data;
-  for (auto& t : outputs) ptrs[n++] = t.data();
+  for (const auto& t : outputs) ptrs[n++] = t.data;
   execute(*bg, dev, std::span<const void* const>(ptrs.data(), n), op);
 }
 

@@ -69,7 +69,7 @@ inline std::filesystem::path plan_dir() { return kernels::kernel_cache_dir(); }
 // The payload: a format line, the record's strings (each as its length and bytes), the count of
 // pointers, their order (BuiltGraph::sorted) and sizes, the workspace, then cudnn-frontend's
 // serialized plan.
-inline constexpr std::string_view plan_format = "cutrain cudnn plan 2\n";
+inline constexpr std::string_view plan_format = "cutrain cudnn plan 3\n";  // a new number whenever graphs' tensor order changes
 
 template <class V>
 void put_raw(std::vector<char>& out, const V& v) {

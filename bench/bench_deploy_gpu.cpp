@@ -1,0 +1,89 @@
+// The counterpart of bench/torch_deploy.py: inference with deploy::compile's engine on the GPU.
+// ResNet-18 for CIFAR-sized input (nn::resnet18_cifar, eval mode, random weights), bf16 NHWC,
+// compiled for batches 1 to 256 (batch norms folded, residual adds and ReLUs fused into the
+// convolutions, heuristics' plans). Per batch size: the engine eager (one dispatch per step) and
+// with cuda_graph (one replay per call); CUDA events around one call (input copy-in and output
+// copy-out included), median of 30 after 10 warm-up calls. Prints one JSON object.
+//
+//   bench_deploy_gpu [--batches 1,32,256]
+//
+// Exits 77 without a GPU.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cutrain/cutrain.hpp"
+#include "cutrain/deploy/engine.hpp"
+#include "cutrain/nn.hpp"
+
+using namespace cutrain;
+
+namespace {
+template <class F>
+double median_ms(F&& call) {
+  for (int i = 0; i < 10; ++i) call();
+  cuda::Event a, b;
+  std::vector<double> ms;
+  for (int i = 0; i < 30; ++i) {
+    a.record();
+    call();
+    b.record();
+    b.synchronize();
+    ms.push_back(b.elapsed_ms(a));
+  }
+  std::nth_element(ms.begin(), ms.begin() + 15, ms.end());
+  return ms[15];
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::int64_t> batches{1, 32, 256};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--batches" && i + 1 < argc) {
+      batches.clear();
+      std::stringstream ss(argv[++i]);
+      for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::atoll(b.c_str()));
+    } else {
+      std::cerr << "usage: bench_deploy_gpu [--batches 1,32,256]\n";
+      return 2;
+    }
+  }
+  try {
+    if (!cuda::available()) {
+      std::puts("bench_deploy_gpu: SKIPPED (no CUDA device)");
+      return 77;
+    }
+    const std::int64_t largest = *std::max_element(batches.begin(), batches.end());
+    Rng init(0), data(1);
+    auto net = nn::resnet18_cifar<float>(init);
+    net.eval();
+    const Shape in{largest, 3, 32, 32};
+    const deploy::CompileOptions eager_o{.device = Device::cuda(0), .layout = Layout::nhwc};
+    auto graph_o = eager_o;
+    graph_o.cuda_graph = true;
+    const auto eager = deploy::compile<bfloat16>(net, in, eager_o);
+    const auto graphed = deploy::compile<bfloat16>(net, in, graph_o);
+    std::printf("{\"model\": \"resnet18_cifar\", \"dtype\": \"bf16\", \"layout\": \"nhwc\", \"rows\": [");
+    for (std::size_t k = 0; k < batches.size(); ++k) {
+      const std::int64_t n = batches[k];
+      const auto x = cast<bfloat16>(Tensor<float>::randn(Shape{n, 3, 32, 32}, data, 1.0)).to(Device::cuda(0));
+      const double e = median_ms([&] { (void)eager(x); });
+      const double g = median_ms([&] { (void)graphed(x); });
+      std::printf("%s\n {\"batch\": %lld, \"engine_ms\": %.4f, \"engine_graph_ms\": %.4f}", k ? "," : "",
+                  static_cast<long long>(n), e, g);
+    }
+    std::printf("\n], \"activations\": {\"planned_bytes\": %lld, \"all_bytes\": %lld}}\n",
+                static_cast<long long>(eager.memory().arena), static_cast<long long>(eager.memory().total));
+    std::fputs(graphed.report().c_str(), stderr);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "bench_deploy_gpu: " << e.what() << "\n";
+    return 1;
+  }
+}

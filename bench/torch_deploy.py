@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The work of bench/bench_deploy_gpu.cpp in PyTorch, timed the same way, with the ratios.
+
+ResNet-18 for CIFAR-sized input (bench/torch_resnet18_weights.py's network, random weights),
+eval mode under torch.inference_mode, bf16 weights and input, channels_last, cudnn.benchmark on.
+Per batch size: eager; the forward captured as a CUDA graph (torch.cuda.CUDAGraph, static input
+copied in, output cloned out, as cutrain's engine does); with --compile, torch.compile (mode
+max-autotune-no-cudagraphs, then the same CUDA graph around it). CUDA events around one call,
+median of 30 after 10 warm-up calls.
+
+  bench/torch_deploy.py [--batches 1,32,256] [--compile] [--cutrain bench_deploy_gpu.json]
+
+With --cutrain (bench_deploy_gpu's output) it prints cutrain / PyTorch's best per batch.
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from torch_resnet18_weights import resnet18_cifar  # noqa: E402
+
+
+def median_ms(call):
+    for _ in range(10):
+        call()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for _ in range(30):
+        a.record()
+        call()
+        b.record()
+        b.synchronize()
+        ms.append(a.elapsed_time(b))
+    return statistics.median(ms)
+
+
+def graphed(fn, x):
+    """fn on a static copy of x, captured as a CUDA graph: a call copies in, replays, clones out."""
+    static_x = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn(static_x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = fn(static_x)
+
+    def call(inp):
+        static_x.copy_(inp)
+        g.replay()
+        return static_y.clone()
+    return call
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batches", default="1,32,256")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--cutrain", type=pathlib.Path)
+    a = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)
+    net = resnet18_cifar().cuda().to(torch.bfloat16).to(memory_format=torch.channels_last).eval()
+    compiled = torch.compile(net, mode="max-autotune-no-cudagraphs") if a.compile else None
+    rows = []
+    with torch.inference_mode():
+        for n in (int(b) for b in a.batches.split(",")):
+            x = torch.randn(n, 3, 32, 32, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
+            r = {"batch": n, "eager_ms": median_ms(lambda: net(x))}
+            g = graphed(net, x)
+            r["graph_ms"] = median_ms(lambda: g(x))
+            if compiled is not None:
+                r["compile_ms"] = median_ms(lambda: compiled(x))
+                gc = graphed(compiled, x)
+                r["compile_graph_ms"] = median_ms(lambda: gc(x))
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
+    if a.cutrain:
+        ours = {r["batch"]: r for r in json.loads(a.cutrain.read_text())["rows"]}
+        print("| batch | cutrain engine | engine + CUDA graph | PyTorch eager | PyTorch CUDA graph | PyTorch best | "
+              "engine graph / best |")
+        for r in rows:
+            c = ours.get(r["batch"])
+            if not c:
+                continue
+            best = min(v for k, v in r.items() if k.endswith("_ms"))
+            print(f"| {r['batch']} | {c['engine_ms']:.4f} | {c['engine_graph_ms']:.4f} | {r['eager_ms']:.4f} | "
+                  f"{r['graph_ms']:.4f} | {best:.4f} | {c['engine_graph_ms'] / best:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
