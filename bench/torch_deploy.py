@@ -5,7 +5,7 @@ ResNet-18 for CIFAR-sized input (bench/torch_resnet18_weights.py's network, rand
 eval mode under torch.inference_mode, bf16 weights and input, channels_last, cudnn.benchmark on.
 Per batch size: eager; the forward captured as a CUDA graph (torch.cuda.CUDAGraph, static input
 copied in, output cloned out, as cutrain's engine does); with --compile, torch.compile (mode
-max-autotune-no-cudagraphs, then the same CUDA graph around it). CUDA events around one call,
+default mode, then the same CUDA graph around it). CUDA events around one call,
 median of 30 after 10 warm-up calls.
 
   bench/torch_deploy.py [--batches 1,32,256] [--compile] [--cutrain bench_deploy_gpu.json]
@@ -68,7 +68,7 @@ def main():
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     net = resnet18_cifar().cuda().to(torch.bfloat16).to(memory_format=torch.channels_last).eval()
-    compiled = torch.compile(net, mode="max-autotune-no-cudagraphs") if a.compile else None
+    compiled = torch.compile(net) if a.compile else None
     rows = []
     with torch.inference_mode():
         for n in (int(b) for b in a.batches.split(",")):

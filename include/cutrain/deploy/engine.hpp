@@ -116,6 +116,32 @@ class Engine {
   template <class F, class T>
   friend Engine<F> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o);
 
+  // The engine of a plan whose weights are in E on o.device, laid out for it (compile makes
+  // them): the residual convolutions' fusion graphs, the memory plan, the
+  // captured graphs' state.
+  Engine(Plan<E> plan, const CompileOptions& o) : plan_(std::move(plan)), opt_(o) {
+    fused_.resize(plan_.steps.size());
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+      const auto& s = plan_.steps[i];
+      if (s.kind != StepKind::conv || s.in2 < 0) continue;
+      fusion::Graph g;
+      auto x = g.input("x"), w = g.input("w"), b = g.input("bias"), r = g.input("residual");  // in call order
+      auto y = g.add(g.add(g.conv2d(x, w, s.conv), b), r);
+      if (s.act.kind != Activation::identity) y = g.activation(y, s.act);
+      g.output(y, "y");
+      // cuDNN may have no engine for the pattern at some shape or dtype: then cutrain's separate ops.
+      fused_[i] = std::make_shared<const ops::Fusion>(std::move(g), ops::FusionOptions{.unfused_fallback = true});
+    }
+    std::vector<std::int64_t> bytes(plan_.shapes.size(), 0);
+    const auto life = lifetimes(plan_);
+    for (std::size_t v = 0; v < bytes.size(); ++v)
+      if (life[v].first >= 0 || v == 0) bytes[v] = plan_.shapes[v].numel() * static_cast<std::int64_t>(sizeof(E));
+    memory_ = plan_memory(std::move(bytes), life);
+#ifdef CUTRAIN_WITH_CUDA
+    if (o.cuda_graph) replays_ = std::make_shared<Replays>(o.device.index);
+#endif
+  }
+
   // The plan's steps on x, each activation released after its last reader.
   Tensor<E> forward(const Tensor<E>& x) const {
     std::vector<Tensor<E>> v(plan_.shapes.size());
@@ -237,15 +263,7 @@ Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, co
   }
   CUTRAIN_REQUIRE(!o.cuda_graph || o.device.is_cuda(), InvalidArgument, compile_op,
                   "cuda_graph needs a GPU device, got ", o.device);
-  Engine<E> e;
-  e.opt_ = o;
-#ifdef CUTRAIN_WITH_CUDA
-  if (o.cuda_graph) e.replays_ = std::make_shared<typename Engine<E>::Replays>(o.device.index);
-#endif
-  e.plan_.shapes = p.shapes;
-  e.plan_.output = p.output;
-  e.plan_.removed = p.removed;
-  e.fused_.resize(p.steps.size());
+  Plan<E> plan{.steps = {}, .shapes = p.shapes, .output = p.output, .removed = p.removed};
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     auto& s = p.steps[i];
     const auto put = [&](const Tensor<T>& t, Layout l) {
@@ -256,31 +274,18 @@ Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, co
     d.w = put(s.w, s.kind == StepKind::conv ? o.layout : Layout::row_major);
     d.b = put(s.b, Layout::row_major);
     if (s.kind == StepKind::scale_shift) {  // [C] as [1, C, 1, 1] or [1, C], to broadcast over x
-      const Shape bc = e.plan_.shapes[static_cast<std::size_t>(s.in)].rank() == 4 ? Shape{1, d.w.dim(0), 1, 1}
-                                                                                 : Shape{1, d.w.dim(0)};
+      const Shape bc = plan.shapes[static_cast<std::size_t>(s.in)].rank() == 4 ? Shape{1, d.w.dim(0), 1, 1}
+                                                                              : Shape{1, d.w.dim(0)};
       d.w = d.w.reshape(bc);
       d.b = d.b.reshape(bc);
     }
-    if (s.kind == StepKind::conv && s.in2 >= 0) {
-      fusion::Graph g;
-      auto x = g.input("x"), w = g.input("w"), b = g.input("bias"), r = g.input("residual");  // in call order
-      auto y = g.add(g.add(g.conv2d(x, w, s.conv), b), r);
-      if (s.act.kind != Activation::identity) y = g.activation(y, s.act);
-      g.output(y, "y");
+    if (s.kind == StepKind::conv && s.in2 >= 0) {  // the fusion graph's bias: [1, K, 1, 1], zeros without one
       if (!d.b.defined()) d.b = Tensor<E>::zeros(Shape{d.w.dim(0)}, {.device = o.device});
       d.b = d.b.reshape({1, d.w.dim(0), 1, 1});
-      // cuDNN may have no engine for the pattern at some shape or dtype: then cutrain's separate ops.
-      e.fused_[i] = std::make_shared<const ops::Fusion>(std::move(g), ops::FusionOptions{.unfused_fallback = true});
     }
-    e.plan_.steps.push_back(std::move(d));
+    plan.steps.push_back(std::move(d));
   }
-  std::vector<std::int64_t> bytes(e.plan_.shapes.size(), 0);
-  const auto life = lifetimes(e.plan_);
-  for (std::size_t v = 0; v < bytes.size(); ++v)
-    if (life[v].first >= 0 || v == 0)
-      bytes[v] = e.plan_.shapes[v].numel() * static_cast<std::int64_t>(sizeof(E));
-  e.memory_ = plan_memory(std::move(bytes), life);
-  return e;
+  return Engine<E>(std::move(plan), o);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::deploy

@@ -252,6 +252,7 @@ class Fusion {
           std::vector<Tensor<T>> outs;
           std::vector<Tensor<float>> f32_outs;  // f32 results, cast into outs after the run
           std::vector<cuda::cudnn::FusionTensor> out_args;
+          outs.reserve(g.outputs().size());  // out_args point into outs and f32_outs: no reallocation
           f32_outs.reserve(g.outputs().size());
           for (std::size_t i = 0; i < g.outputs().size(); ++i) {
             const Shape& s = all[static_cast<std::size_t>(g.outputs()[i].first)];
