@@ -15,28 +15,13 @@ With --cutrain (bench_deploy_gpu's output) it prints cutrain / PyTorch's best pe
 import argparse
 import json
 import pathlib
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from torch_resnet18_weights import resnet18_cifar  # noqa: E402
-
-
-def median_ms(call):
-    for _ in range(10):
-        call()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ms = []
-    for _ in range(30):
-        a.record()
-        call()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
+from torch_train import median_step_ms as median_ms  # noqa: E402
 
 
 def graphed(fn, x):

@@ -34,6 +34,18 @@ inline std::pair<Shape, Strides> channel_view(std::int64_t c) { return {Shape{1,
 // A per-row statistic ([N]) as [N, 1, 1, 1].
 inline std::pair<Shape, Strides> row_stat_view(std::int64_t n) { return {Shape{n, 1, 1, 1}, Strides{1, 1, 1, 1}}; }
 
+// dx, dscale and dbias of batch norm (batch) or layer norm from dy, x, scale, mean and inv_std.
+inline fusion::Graph norm_backward_graph(bool batch) {
+  fusion::Graph g;
+  auto DY = g.input("dy"), X = g.input("x"), G = g.input("scale");
+  auto M = g.input("mean"), INV = g.input("inv_std");
+  const auto r = batch ? g.batch_norm_backward(DY, X, G, M, INV) : g.layer_norm_backward(DY, X, G, M, INV);
+  g.output(r.dx, "dx");
+  g.output(r.dgamma, "dscale");
+  g.output(r.dbeta, "dbias");
+  return g;
+}
+
 // A view's shape and strides, kept while a FusionTensor points at them, with data.
 struct NormArg {
   Shape shape;
@@ -99,16 +111,7 @@ template <GpuFloat T>
     return cutrain::detail::cat("bn bwd ", dtype_of<T>, signature(" x", xv.shape, xv.strides),
                                 signature(" dy", dyv.shape, dyv.strides), signature(" dx", dxv.shape, dxv.strides));
   };
-  const auto describe = [&] {
-    fusion::Graph g;
-    auto DY = g.input("dy"), X = g.input("x"), G = g.input("scale");
-    auto M = g.input("mean"), INV = g.input("inv_std");
-    const auto r = g.batch_norm_backward(DY, X, G, M, INV);
-    g.output(r.dx, "dx");
-    g.output(r.dgamma, "dscale");
-    g.output(r.dbeta, "dbias");
-    return g;
-  };
+  const auto describe = [] { return detail::norm_backward_graph(true); };
   return run_graph<T>(key, op, text, describe, in, out, dx.layout() == Layout::nhwc, false, true);
 }
 
@@ -169,16 +172,7 @@ void layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<f
     return cutrain::detail::cat("ln bwd ", dtype_of<T>, signature(" x", xv.shape, xv.strides),
                                 signature(" dy", dyv.shape, dyv.strides), signature(" dx", dxv.shape, dxv.strides));
   };
-  const auto describe = [&] {
-    fusion::Graph g;
-    auto DY = g.input("dy"), X = g.input("x"), G = g.input("scale");
-    auto M = g.input("mean"), INV = g.input("inv_std");
-    const auto r = g.layer_norm_backward(DY, X, G, M, INV);
-    g.output(r.dx, "dx");
-    g.output(r.dgamma, "dscale");
-    g.output(r.dbeta, "dbias");
-    return g;
-  };
+  const auto describe = [] { return detail::norm_backward_graph(false); };
   run_graph<T>(key, op, text, describe, in, out, false, false);
 }
 
