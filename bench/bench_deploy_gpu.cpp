@@ -3,27 +3,40 @@
 // compiled for batches 1 to 256 (batch norms folded, residual adds and ReLUs fused into the
 // convolutions, heuristics' plans). Per batch size: the engine eager (one dispatch per step) and
 // with cuda_graph (one replay per call); CUDA events around one call (input copy-in and output
-// copy-out included), median of 30 after 10 warm-up calls. Prints one JSON object.
+// copy-out included), median of 30 after 10 warm-up calls. Then the engine saved to an engine
+// file and loaded from it, against compiling (wall clock, each before any call: neither builds a
+// plan). Prints one JSON object.
 //
 //   bench_deploy_gpu [--batches 1,32,256]
 //
 // Exits 77 without a GPU.
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cutrain/cutrain.hpp"
 #include "cutrain/deploy/engine.hpp"
+#include "cutrain/deploy/engine_file.hpp"
 #include "cutrain/nn.hpp"
 
 using namespace cutrain;
 
 namespace {
+template <class F>
+double wall_ms(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 template <class F>
 double median_ms(F&& call) {
   for (int i = 0; i < 10; ++i) call();
@@ -67,7 +80,15 @@ int main(int argc, char** argv) {
     const deploy::CompileOptions eager_o{.device = Device::cuda(0), .layout = Layout::nhwc};
     auto graph_o = eager_o;
     graph_o.cuda_graph = true;
-    const auto eager = deploy::compile<bfloat16>(net, in, eager_o);
+    std::optional<deploy::Engine<bfloat16>> compiled;
+    const double compile_ms = wall_ms([&] { compiled.emplace(deploy::compile<bfloat16>(net, in, eager_o)); });
+    const auto& eager = *compiled;
+    const auto file = std::filesystem::temp_directory_path() / "cutrain_bench_deploy.engine";
+    const double save_ms = wall_ms([&] { deploy::save_engine(eager, file); });
+    std::optional<deploy::Engine<bfloat16>> loaded;
+    const double load_ms = wall_ms([&] { loaded.emplace(deploy::load_engine<bfloat16>(file)); });
+    const auto file_bytes = static_cast<long long>(std::filesystem::file_size(file));
+    std::filesystem::remove(file);
     const auto graphed = deploy::compile<bfloat16>(net, in, graph_o);
     std::printf("{\"model\": \"resnet18_cifar\", \"dtype\": \"bf16\", \"layout\": \"nhwc\", \"rows\": [");
     for (std::size_t k = 0; k < batches.size(); ++k) {
@@ -78,8 +99,10 @@ int main(int argc, char** argv) {
       std::printf("%s\n {\"batch\": %lld, \"engine_ms\": %.4f, \"engine_graph_ms\": %.4f}", k ? "," : "",
                   static_cast<long long>(n), e, g);
     }
-    std::printf("\n], \"activations\": {\"planned_bytes\": %lld, \"all_bytes\": %lld}}\n",
+    std::printf("\n], \"activations\": {\"planned_bytes\": %lld, \"all_bytes\": %lld},\n",
                 static_cast<long long>(eager.memory().arena), static_cast<long long>(eager.memory().total));
+    std::printf(" \"engine_file\": {\"compile_ms\": %.1f, \"save_ms\": %.1f, \"load_ms\": %.1f, \"bytes\": %lld}}\n",
+                compile_ms, save_ms, load_ms, file_bytes);
     std::fputs(graphed.report().c_str(), stderr);
     return 0;
   } catch (const std::exception& e) {

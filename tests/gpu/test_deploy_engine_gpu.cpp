@@ -2,15 +2,18 @@
 // the reference CNN compiled in f32 (row-major) and bf16 (NHWC) against the same model's engine
 // on the CPU in f64 from the same weights; the fused residual convolutions run as cuDNN graphs.
 // With cuda_graph, replays per batch size give the eager engine's values for fresh inputs, from
-// the default stream and from a stream of the caller's.
+// the default stream and from a stream of the caller's. An engine saved and loaded gives the
+// saved one's outputs, and brings the autotuner's choices for its GPU into the tuner's cache.
 #include "parity.hpp"
 
 #include <string>
 
 #include "cutrain/autograd/engine.hpp"
 #include "cutrain/deploy/engine.hpp"
+#include "cutrain/deploy/engine_file.hpp"
 #include "cutrain/nn.hpp"
 #include "random_model.hpp"
+#include "temp_dir.hpp"
 
 namespace cutrain_test_deploy_engine_gpu {  // one per file: the unity build compiles files together
 
@@ -93,6 +96,51 @@ TEST_CASE("gpu deploy engine: CUDA-graph replay per batch size matches the eager
   CHECK(eager.captured().empty());
   auto [small, sr] = random_pair<bfloat16>(Shape{1, 3, 16, 16}, rng, Layout::row_major);
   CHECK_THROWS_AS(graphed(small), InvalidArgument);  // below min_batch, as without graphs
+}
+
+TEST_CASE("gpu deploy engine: a saved engine loads with its outputs and the tuner's choices", "[gpu][deploy]") {
+  namespace autotune = cutrain::cuda::autotune;
+  TempDir dir("engine_file_gpu");
+  Rng rng(43);
+  nn::Sequential<double> resnet{nn::Conv2d<double>({.in = 3, .out = 32, .kernel = 3, .padding = 1, .bias = false}, rng),
+                                nn::BatchNorm2d<double>({.features = 32}),
+                                nn::ReLU{},
+                                nn::ResidualBlock<double>({.in = 32, .out = 64, .stride = 2}),
+                                nn::AdaptiveAvgPool2d{},
+                                nn::Flatten{},
+                                nn::Linear<double>({.in = 64, .out = 10}, rng)};
+  randomize(resnet, rng);
+  // A cache of this test's own (memory only), holding one choice for this GPU and one for another.
+  auto mine = std::make_shared<autotune::Cache>(std::filesystem::path{});
+  autotune::set_cache(mine);
+  const auto env = autotune::environment(0);
+  auto other = env;
+  other.gpu_name = "another GPU";
+  const auto key = autotune::Key::make("test.engine_file", "sig", "cudnn", env);
+  const auto foreign = autotune::Key::make("test.engine_file", "sig", "cudnn", other);
+  autotune::Choice choice;
+  choice.engine_id = 7;
+  mine->insert(key, choice);
+  choice.engine_id = 8;
+  mine->insert(foreign, choice);
+  const Shape in{8, 3, 16, 16};
+  const auto engine = deploy::compile<bfloat16>(resnet, in, {.device = Device::cuda(0), .layout = Layout::nhwc});
+  auto [x, xr] = random_pair<bfloat16>(in, rng, Layout::row_major);
+  const auto y = engine(x);
+  deploy::save_engine(engine, dir / "resnet.engine");
+  mine->clear();
+  const auto loaded = deploy::load_engine<bfloat16>(dir / "resnet.engine");
+  CHECK(loaded.options().device == Device::cuda(0));
+  CHECK(loaded.report() == engine.report());
+  check_close("loaded engine", loaded(x), cast<double>(y.to(Device::cpu())), 1e-6);
+  auto [x3, x3r] = random_pair<bfloat16>(Shape{3, 3, 16, 16}, rng, Layout::row_major);
+  check_close("loaded engine, batch 3", loaded(x3), cast<double>(engine(x3).to(Device::cpu())), 1e-6);
+  const auto found = mine->find(key);
+  REQUIRE(found.has_value());
+  CHECK(found->engine_id == 7);
+  CHECK(mine->entries().size() == 1);  // the other GPU's choice stayed behind
+  CHECK_THROWS_AS(deploy::load_engine<cutrain::half>(dir / "resnet.engine"), InvalidArgument);
+  autotune::set_cache(nullptr);
 }
 
 }  // namespace cutrain_test_deploy_engine_gpu

@@ -16,9 +16,11 @@
 #include "cutrain/core/abi.hpp"
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +117,8 @@ class Engine {
  private:
   template <class F, class T>
   friend Engine<F> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o);
+  template <class F>
+  friend Engine<F> load_engine(const std::filesystem::path& path, std::optional<Device> device);  // engine_file.hpp
 
   // The engine of a plan whose weights are in E on o.device, laid out for it (compile makes
   // them): the residual convolutions' fusion graphs, the memory plan, the

@@ -1,0 +1,344 @@
+// Engine files: deploy::save_engine(engine, path) writes a compiled engine, and
+// deploy::load_engine<E>(path) gives it back without the model or a compile: its weights (in E,
+// folded, as the engine runs them), its plan (steps, shapes, what was fused), its options, the
+// library versions and GPU it was compiled for, and on the GPU the autotuner's choices for that
+// GPU (the plans cuDNN and cuBLASLt run; loaded into the tuner's cache, so that no op is tuned
+// or left to heuristics again). The file is a .safetensors file: the weights as tensors
+// "step<i>.w" / "step<i>.b", the rest as JSON strings in its metadata. docs/deploy.md.
+//
+//   deploy::save_engine(engine, "resnet18.engine");
+//   auto e = deploy::load_engine<bfloat16>("resnet18.engine");   // on the device it was saved for
+//
+// A file for another element type, device kind, cutrain version, cuDNN or cudnn-frontend version
+// or GPU (name, SM count, compute capability) is rejected with InvalidArgument naming each field
+// that differs; a corrupt file (a plan that does not add up, a missing or misshapen weight) with
+// IoError naming the file and the reason.
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cutrain/core/json.hpp"
+#include "cutrain/core/safetensors.hpp"
+#include "cutrain/cuda/autotune/cache.hpp"
+#include "cutrain/deploy/engine.hpp"
+#include "cutrain/version.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/autotune/options.hpp"
+#endif
+
+namespace cutrain::inline CUTRAIN_ABI::deploy {
+
+namespace detail {
+
+inline constexpr std::string_view engine_format = "cutrain engine";
+inline constexpr int engine_format_version = 1;
+
+// What an engine's plans are valid for, field by field: the library, and on the GPU the card and
+// cuDNN's and cudnn-frontend's versions (the autotuner's environment).
+inline std::map<std::string, std::string> engine_environment(const Device& d) {
+  std::map<std::string, std::string> env{
+      {"cutrain", cutrain::detail::cat(version_major, ".", version_minor, ".", version_patch)},
+      {"device", d.is_cpu() ? "cpu" : "cuda"}};
+#ifdef CUTRAIN_WITH_CUDA
+  if (d.is_cuda()) {
+    const auto e = cuda::autotune::environment(d.index);
+    env["gpu_name"] = e.gpu_name;
+    env["sm_count"] = std::to_string(e.sm_count);
+    env["compute_capability"] = e.compute_capability;
+    env["cudnn_version"] = std::to_string(e.cudnn_version);
+    env["frontend_version"] = std::to_string(e.frontend_version);
+  }
+#endif
+  return env;
+}
+
+// "gpu_name: the file's NVIDIA H100, here NVIDIA H200; ..." for each field that differs; empty
+// when none does.
+inline std::string environment_differences(const std::map<std::string, std::string>& file,
+                                           const std::map<std::string, std::string>& here) {
+  std::set<std::string> keys;
+  for (const auto* m : {&file, &here})
+    for (const auto& [k, v] : *m) keys.insert(k);
+  std::string d;
+  for (const auto& k : keys) {
+    const auto f = file.find(k), h = here.find(k);
+    const std::string fv = f == file.end() ? "(none)" : f->second, hv = h == here.end() ? "(none)" : h->second;
+    if (fv != hv) d += cutrain::detail::cat(d.empty() ? "" : "; ", k, ": the file's ", fv, ", here ", hv);
+  }
+  return d;
+}
+
+inline json::Value to_json(const Conv2dParams& c) {
+  return json::Value::array({c.stride_h, c.stride_w, c.pad_top, c.pad_bottom, c.pad_left, c.pad_right, c.dilation_h,
+                             c.dilation_w, c.groups});
+}
+inline json::Value to_json(const Pool2dParams& p) {
+  return json::Value::array({static_cast<int>(p.mode), p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_top,
+                             p.pad_bottom, p.pad_left, p.pad_right, p.count_include_pad ? 1 : 0, p.ceil_mode ? 1 : 0,
+                             p.dilation_h, p.dilation_w});
+}
+
+// The file's ints, checked to be ints that fit (a hand-edited file is read, not trusted).
+inline std::vector<int> ints(const json::Value& v, std::size_t n, std::string_view what) {
+  CUTRAIN_REQUIRE(v.is_array() && v.size() == n, InvalidArgument, "load_engine", what, " is not an array of ", n,
+                  " integers");
+  std::vector<int> r;
+  for (const auto& x : v) {
+    const std::int64_t i = json::as_int(x);
+    CUTRAIN_REQUIRE(i >= -(1 << 30) && i < (1 << 30), InvalidArgument, "load_engine", what, " holds ", i);
+    r.push_back(static_cast<int>(i));
+  }
+  return r;
+}
+inline Conv2dParams conv_from_json(const json::Value& v) {
+  const auto c = ints(v, 9, "a conv's params");
+  return {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]};
+}
+inline Pool2dParams pool_from_json(const json::Value& v) {
+  const auto p = ints(v, 13, "a pool's params");
+  CUTRAIN_REQUIRE(p[0] == static_cast<int>(PoolMode::max) || p[0] == static_cast<int>(PoolMode::average), InvalidArgument,
+                  "load_engine", "pool mode ", p[0], " is unknown");
+  return {.mode = static_cast<PoolMode>(p[0]), .kernel_h = p[1], .kernel_w = p[2], .stride_h = p[3], .stride_w = p[4],
+          .pad_top = p[5], .pad_bottom = p[6], .pad_left = p[7], .pad_right = p[8], .count_include_pad = p[9] != 0,
+          .ceil_mode = p[10] != 0, .dilation_h = p[11], .dilation_w = p[12]};
+}
+inline StepKind step_kind(const std::string& s) {
+  for (int k = 0; k <= static_cast<int>(StepKind::add); ++k)
+    if (s == to_string(static_cast<StepKind>(k))) return static_cast<StepKind>(k);
+  throw InvalidArgument("load_engine", cutrain::detail::cat("step kind \"", s, "\" is unknown"));
+}
+inline Shape shape_from_json(const json::Value& v) {
+  CUTRAIN_REQUIRE(v.is_array() && (v.size() == 2 || v.size() == 4), InvalidArgument, "load_engine",
+                  "a value's shape is not 2-d or 4-d");
+  std::vector<std::int64_t> d;
+  for (const auto& x : v) {
+    d.push_back(json::as_int(x));
+    CUTRAIN_REQUIRE(d.back() > 0 && d.back() < (std::int64_t{1} << 31), InvalidArgument, "load_engine",
+                    "a value's dimension is ", d.back());
+  }
+  return Shape(d);
+}
+
+// The shape a step writes, from its input shapes, params and weights, as lowering gave it; throws
+// InvalidArgument where they do not fit together.
+template <class E>
+Shape step_output(const Step<E>& s, const std::vector<Shape>& shapes) {
+  const Shape& x = shapes[static_cast<std::size_t>(s.in)];
+  const auto need = [](bool ok, auto&&... why) {
+    CUTRAIN_REQUIRE(ok, InvalidArgument, "load_engine", why...);
+  };
+  need(s.kind == StepKind::pool || s.kind == StepKind::activation || s.kind == StepKind::global_avg_pool ||
+           s.kind == StepKind::flatten || s.kind == StepKind::add || s.w.defined(),
+       "a ", to_string(s.kind), " step has no weight");
+  need((s.in2 >= 0) == (s.kind == StepKind::add) || s.kind == StepKind::conv, "a ", to_string(s.kind),
+       " step has the wrong operand count");
+  cutrain::detail::check_activation("load_engine", s.act);
+  switch (s.kind) {
+    case StepKind::conv: {
+      need(x.rank() == 4 && s.w.rank() == 4, "a conv step's input or weight is not 4-d");
+      const Shape y = conv2d_output_shape(x, s.w.shape(), s.conv, "load_engine");
+      const Shape bias = s.in2 >= 0 ? Shape{1, y[1], 1, 1} : Shape{y[1]};
+      need(!s.b.defined() || s.b.shape() == bias, "a conv step's bias is ", s.b.shape(), ", not ", bias);
+      need(s.in2 < 0 || (s.b.defined() && shapes[static_cast<std::size_t>(s.in2)] == y), "a fused residual is ",
+           s.in2 >= 0 ? shapes[static_cast<std::size_t>(s.in2)] : Shape{}, ", not ", y);
+      return y;
+    }
+    case StepKind::linear:
+      need(x.rank() == 2 && s.w.rank() == 2 && s.w.dim(1) == x[1], "a linear step's weight ", s.w.shape(),
+           " does not take ", x);
+      need(!s.b.defined() || s.b.shape() == Shape{s.w.dim(0)}, "a linear step's bias is ", s.b.shape());
+      return Shape{x[0], s.w.dim(0)};
+    case StepKind::scale_shift: {
+      const Shape c = x.rank() == 4 ? Shape{1, x[1], 1, 1} : Shape{1, x[1]};
+      need(s.w.shape() == c && s.b.defined() && s.b.shape() == c, "a scale_shift step's scale is ", s.w.shape(),
+           ", not ", c);
+      return x;
+    }
+    case StepKind::pool:
+      need(x.rank() == 4, "a pool step's input is not 4-d");
+      return pool2d_output_shape(x, s.pool, "load_engine");
+    case StepKind::global_avg_pool: need(x.rank() == 4, "a global_avg_pool step's input is not 4-d"); return Shape{x[0], x[1], 1, 1};
+    case StepKind::flatten: return Shape{x[0], x.numel() / x[0]};
+    case StepKind::activation: return x;
+    case StepKind::add: need(shapes[static_cast<std::size_t>(s.in2)] == x, "an add step's operands differ"); return x;
+  }
+  throw InvalidArgument("load_engine", "unknown step");
+}
+
+}  // namespace detail
+
+// Writes engine to path (atomically). Its weights as the engine holds them (in E, batch norms
+// folded), its plan and options, the environment it was compiled for and, on the GPU, the
+// autotuner's choices for that GPU.
+template <class E>
+void save_engine(const Engine<E>& engine, const std::filesystem::path& path) {
+  const auto& p = engine.plan();
+  const auto& o = engine.options();
+  TensorMap weights;
+  json::Value steps = json::Value::array();
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& s = p.steps[i];
+    json::Value j = json::Value::object({{"kind", to_string(s.kind)},
+                                         {"in", s.in},
+                                         {"in2", s.in2},
+                                         {"out", s.out},
+                                         {"conv", detail::to_json(s.conv)},
+                                         {"pool", detail::to_json(s.pool)},
+                                         {"act", static_cast<int>(s.act.kind)},
+                                         {"alpha", s.act.alpha},
+                                         {"module", s.module},
+                                         {"merged", s.merged}});
+    if (s.w.defined()) weights.emplace(cutrain::detail::cat("step", i, ".w"), s.w.view());
+    if (s.b.defined()) weights.emplace(cutrain::detail::cat("step", i, ".b"), s.b.view());
+    steps.push_back(std::move(j));
+  }
+  json::Value shapes = json::Value::array();
+  for (const auto& sh : p.shapes) shapes.push_back(sh.dims());
+  json::Value plan = json::Value::object({{"steps", std::move(steps)},
+                                          {"shapes", std::move(shapes)},
+                                          {"output", p.output},
+                                          {"removed", p.removed},
+                                          {"layout", std::string(to_string(o.layout))},
+                                          {"min_batch", o.min_batch},
+                                          {"fuse", o.fuse},
+                                          {"cuda_graph", o.cuda_graph}});
+  json::Value env = json::Value::object();
+  for (const auto& [k, v] : detail::engine_environment(o.device)) env[k] = v;
+  json::Value tuned = json::Value::array();
+#ifdef CUTRAIN_WITH_CUDA
+  if (o.device.is_cuda()) {
+    const auto here = cuda::autotune::environment(o.device.index);
+    for (const auto& [key, choice] : cuda::autotune::cache()->entries())
+      if (key.environment() == here)
+        tuned.push_back(json::Value::object({{"key", cuda::autotune::detail::to_json(key)},
+                                             {"choice", cuda::autotune::detail::to_json(choice)}}));
+  }
+#endif
+  save_safetensors(path, weights,
+                   {{"format", std::string(detail::engine_format)},
+                    {"format_version", std::to_string(detail::engine_format_version)},
+                    {"dtype", std::string(to_string(dtype_of<E>))},
+                    {"environment", json::dump(env, 0)},
+                    {"plan", json::dump(plan, 0)},
+                    {"autotune", json::dump(tuned, 0)}});
+}
+
+// The engine in path, on device (default: the kind of device it was saved for, cuda:0 or the
+// CPU). InvalidArgument where the file's element type, device kind, versions or GPU differ from
+// E and this machine (naming each); IoError for a file that is not an engine file or does not
+// add up.
+template <class E>
+Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> device) {
+  constexpr std::string_view op = "load_engine";
+  Safetensors file = read_safetensors(path, op);
+  const auto meta = [&](const std::string& k) -> const std::string& {
+    const auto it = file.metadata.find(k);
+    if (it == file.metadata.end())
+      throw IoError(std::string(op), cutrain::detail::cat(path.string(), ": not a cutrain engine file (no \"", k,
+                                                          "\" in its metadata)"));
+    return it->second;
+  };
+  if (meta("format") != detail::engine_format || meta("format_version") != std::to_string(detail::engine_format_version))
+    throw IoError(std::string(op), cutrain::detail::cat(path.string(), ": format \"", meta("format"), "\" version ",
+                                                        meta("format_version"), " is not ", detail::engine_format,
+                                                        " version ", detail::engine_format_version));
+  CUTRAIN_REQUIRE(meta("dtype") == to_string(dtype_of<E>), InvalidArgument, op, path.string(), " holds an engine in ",
+                  meta("dtype"), ", not ", dtype_of<E>);
+  const auto parsed = [&](const std::string& k) {
+    try {
+      return json::parse(meta(k));
+    } catch (const json::ParseError& e) {
+      throw IoError(std::string(op), cutrain::detail::cat(path.string(), ": its \"", k, "\" is not valid JSON: ", e.reason()));
+    }
+  };
+  const json::Value env = parsed("environment"), plan = parsed("plan"), tuned = parsed("autotune");
+  std::map<std::string, std::string> file_env;
+  if (env.is_object())
+    for (const auto& [k, v] : env.items()) file_env[k] = v.is_string() ? v.template get<std::string>() : json::dump(v, 0);
+  const Device d = device.value_or(file_env["device"] == "cuda" ? Device::cuda(0) : Device::cpu());
+  CUTRAIN_REQUIRE(d.is_cpu() || built_with_cuda, InvalidArgument, op, path.string(), " is an engine for ", d,
+                  ", and this build has no CUDA");
+  if (const auto diff = detail::environment_differences(file_env, detail::engine_environment(d)); !diff.empty())
+    throw InvalidArgument(std::string(op), cutrain::detail::cat(path.string(), " does not match here: ", diff));
+  try {  // from here a problem is the file's: IoError
+    CompileOptions o{.device = d,
+                     .layout = json::as_string(json::at(plan, "layout")) == "nhwc" ? Layout::nhwc : Layout::row_major,
+                     .min_batch = json::as_int(json::at(plan, "min_batch")),
+                     .fuse = json::as_bool(json::at(plan, "fuse")),
+                     .cuda_graph = json::as_bool(json::at(plan, "cuda_graph"))};
+    Plan<E> p;
+    for (const auto& s : json::as_array(json::at(plan, "shapes"))) p.shapes.push_back(detail::shape_from_json(s));
+    for (const auto& r : json::as_array(json::at(plan, "removed"))) p.removed.push_back(json::as_string(r));
+    const auto n = static_cast<int>(p.shapes.size());
+    CUTRAIN_REQUIRE(n >= 1 && o.min_batch >= 1 && o.min_batch <= p.shapes[0][0], InvalidArgument, op,
+                    "min_batch ", o.min_batch, " is outside the input's batch");
+    std::vector<bool> written(static_cast<std::size_t>(n), false);
+    written[0] = true;
+    const auto& steps = json::as_array(json::at(plan, "steps"));
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const auto& j = steps[i];
+      Step<E> s{.kind = detail::step_kind(json::as_string(json::at(j, "kind"))),
+                .in = static_cast<int>(json::as_int(json::at(j, "in"))),
+                .in2 = static_cast<int>(json::as_int(json::at(j, "in2"))),
+                .out = static_cast<int>(json::as_int(json::at(j, "out"))),
+                .conv = detail::conv_from_json(json::at(j, "conv")),
+                .pool = detail::pool_from_json(json::at(j, "pool")),
+                .act = {.kind = static_cast<Activation>(json::as_int(json::at(j, "act"))),
+                        .alpha = json::as_double(json::at(j, "alpha"))},
+                .module = json::as_string(json::at(j, "module"))};
+      for (const auto& m : json::as_array(json::at(j, "merged"))) s.merged.push_back(json::as_string(m));
+      const auto ready = [&](int v) { return v >= 0 && v < n && written[static_cast<std::size_t>(v)]; };
+      CUTRAIN_REQUIRE(ready(s.in) && (s.in2 == -1 || ready(s.in2)) && s.out > 0 && s.out < n &&
+                          !written[static_cast<std::size_t>(s.out)],
+                      InvalidArgument, op, "step ", i, " reads a value not yet written or writes one twice");
+      written[static_cast<std::size_t>(s.out)] = true;
+      const auto take = [&](const std::string& name, Layout l) {
+        const auto it = file.tensors.find(name);
+        if (it == file.tensors.end()) return Tensor<E>{};
+        CUTRAIN_REQUIRE(it->second.dtype() == dtype_of<E>, InvalidArgument, op, "tensor ", name, " is ",
+                        it->second.describe());
+        return it->second.template get<E>().contiguous(l).to(d);
+      };
+      s.w = take(cutrain::detail::cat("step", i, ".w"), s.kind == StepKind::conv ? o.layout : Layout::row_major);
+      s.b = take(cutrain::detail::cat("step", i, ".b"), Layout::row_major);
+      const Shape y = detail::step_output(s, p.shapes);
+      CUTRAIN_REQUIRE(y == p.shapes[static_cast<std::size_t>(s.out)], InvalidArgument, op, "step ", i, " (",
+                      to_string(s.kind), " ", s.module, ") writes ", y, ", the plan says ",
+                      p.shapes[static_cast<std::size_t>(s.out)]);
+      p.steps.push_back(std::move(s));
+    }
+    p.output = static_cast<int>(json::as_int(json::at(plan, "output")));
+    CUTRAIN_REQUIRE(p.output >= 0 && p.output < n && written[static_cast<std::size_t>(p.output)] &&
+                        (p.output > 0 || p.steps.empty()),
+                    InvalidArgument, op, "the output value ", p.output, " is no step's output");
+#ifdef CUTRAIN_WITH_CUDA
+    if (d.is_cuda()) {  // the tuner's choices, where this process has none of its own for the key
+      const auto store = cuda::autotune::cache();
+      cuda::autotune::detail::use_environment(*store, cuda::autotune::environment(d.index));
+      for (const auto& e : json::as_array(tuned)) {
+        const auto key = cuda::autotune::detail::key_from_json(json::at(e, "key"));
+        if (!store->find(key)) store->insert(key, cuda::autotune::detail::choice_from_json(json::at(e, "choice")));
+      }
+    }
+#endif
+    return Engine<E>(std::move(p), o);
+  } catch (const InvalidArgument& e) {
+    throw IoError(std::string(op), cutrain::detail::cat(path.string(), ": the engine does not add up: ", e.what()));
+  }
+}
+
+template <class E>
+Engine<E> load_engine(const std::filesystem::path& path) {
+  return load_engine<E>(path, std::nullopt);
+}
+
+}  // namespace cutrain::inline CUTRAIN_ABI::deploy
