@@ -2,7 +2,10 @@
 // statistics so that the normalization matters) to ONNX, with an input batch and cutrain's own
 // CPU forward of it in eval mode, for tests/onnx_check.py to compare against ONNX Runtime.
 //
-//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar,activations}{.onnx,_input.npy,_expected.npy}
+// Also a model of every activation and pool, and one of the norms (layer norm and RMS norm over
+// the last dim and over [C, H, W]) and a softmax.
+//
+//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar,activations,norms}{.onnx,_input.npy,_expected.npy}
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -16,10 +19,10 @@ using namespace cutrain;
 
 namespace {
 
-// Batch-norm scales and statistics, and every bias, away from their 1/0 defaults.
+// Norms' scales and statistics, and every bias, away from their 1/0 defaults.
 void randomize_norms(nn::Sequential<float>& net, Rng& rng) {
   net.visit_params("", [&](const std::string& name, autograd::Var<float>& p) {
-    if (p.shape().rank() != 1) return;  // conv and linear weights keep their init
+    if (p.shape().rank() != 1 && p.shape().rank() != 3) return;  // conv and linear weights keep their init
     const bool gamma = name.ends_with("weight");
     p.value().assign(Tensor<float>::uniform(p.shape(), rng, gamma ? 0.5 : -0.2, gamma ? 1.5 : 0.2).to_vector());
   });
@@ -70,6 +73,15 @@ int main(int argc, char** argv) try {
                                    nn::Dropout({.p = 0.5}), nn::Linear<float>({.in = 8, .out = 5}, rng),
                                    nn::Activation({.kind = A::identity})},
              Shape{3, 3, 17, 15}, dir, rng);
+  export_one("norms",
+             nn::Sequential<float>{nn::Conv2d<float>({.in = 3, .out = 4, .kernel = 3, .padding = 1}, rng),
+                                   nn::LayerNorm<float>({.shape = {4, 6, 5}}), nn::RMSNorm<float>({.shape = {5}, .eps = 1e-3}),
+                                   nn::Flatten{}, nn::Linear<float>({.in = 120, .out = 16}, rng),
+                                   nn::LayerNorm<float>({.shape = {16}}), nn::Activation({.kind = A::gelu_tanh}),
+                                   nn::Linear<float>({.in = 16, .out = 12}, rng), nn::RMSNorm<float>({.shape = {12}}),
+                                   nn::Activation({.kind = A::silu}), nn::Linear<float>({.in = 12, .out = 6}, rng),
+                                   nn::Softmax{}},
+             Shape{3, 3, 6, 5}, dir, rng);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "onnx_export: %s\n", e.what());

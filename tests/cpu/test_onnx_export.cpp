@@ -286,6 +286,23 @@ TEST_CASE("export_onnx: activations, pools and dropout", "[onnx]") {
   CHECK(read_model(dir / "d.onnx").ops == std::vector<std::string>{"Identity"});
 }
 
+TEST_CASE("export_onnx: layer norm, RMS norm and softmax", "[onnx]") {
+  TempDir dir("onnx_norms");
+  nn::Sequential<float> net{nn::LayerNorm<float>({.shape = {4}}), nn::RMSNorm<float>({.shape = {4}, .eps = 1e-3}),
+                            nn::Softmax{}};
+  const auto info = deploy::export_onnx(net, dir / "n.onnx", Shape{2, 4});
+  const Parsed m = read_model(dir / "n.onnx");
+  // LayerNormalization is opset 17's; RMS norm is x / sqrt(mean(x^2) + eps) * weight.
+  CHECK(m.ops == std::vector<std::string>{"LayerNormalization", "Mul", "ReduceMean", "Add", "Sqrt", "Div", "Mul",
+                                          "Softmax"});
+  CHECK(info.initializers == 2 + 1 + 1);  // layer norm weight and bias; eps; RMS norm weight
+  CHECK(m.output_dims == std::vector<std::int64_t>{2, 4});
+  // Over [C, H, W] of an image: axis 1.
+  nn::Sequential<float> img{nn::LayerNorm<float>({.shape = {3, 5, 5}}), nn::Softmax{.axis = 1}};
+  CHECK(deploy::export_onnx(img, dir / "i.onnx", Shape{1, 3, 5, 5}).op_types ==
+        std::vector<std::string>{"LayerNormalization", "Softmax"});
+}
+
 namespace {
 struct Twice {
   template <class T>
@@ -323,6 +340,22 @@ TEST_CASE("export_onnx: bad input", "[onnx][bad_input]") {
                            [&] {
                              nn::Sequential<float> n{nn::Conv2d<float>({.in = 3, .out = 2})};
                              deploy::export_onnx(n, file, Shape{1, 2, 8, 8});
+                           }),
+      bad<InvalidArgument>("layer norm of other dims", "deploy::export_onnx",
+                           {"module 1 (LayerNorm over [5])", "does not take [2,4]"},
+                           [&] {
+                             nn::Sequential<float> n{nn::ReLU{}, nn::LayerNorm<float>({.shape = {5}})};
+                             deploy::export_onnx(n, file, Shape{2, 4});
+                           }),
+      bad<InvalidArgument>("RMS norm over the batch too", "deploy::export_onnx", {"module 0 (RMSNorm over [2,4])"},
+                           [&] {
+                             nn::Sequential<float> n{nn::RMSNorm<float>({.shape = {2, 4}})};
+                             deploy::export_onnx(n, file, Shape{2, 4});
+                           }),
+      bad<InvalidArgument>("softmax axis", "deploy::export_onnx", {"module 0 (Softmax): axis 2", "2-d input [2,4]"},
+                           [&] {
+                             nn::Sequential<float> n{nn::Softmax{.axis = 2}};
+                             deploy::export_onnx(n, file, Shape{2, 4});
                            }),
       bad<NotImplemented>("linear on 3-d", "deploy::export_onnx", {"module 0", "Gemm", "[2,3,4,1]"},
                           [&] {

@@ -22,9 +22,11 @@
 #include "cutrain/deploy/onnx_graph.hpp"
 #include "cutrain/nn/batch_norm.hpp"
 #include "cutrain/nn/conv2d.hpp"
+#include "cutrain/nn/layer_norm.hpp"
 #include "cutrain/nn/layers.hpp"
 #include "cutrain/nn/linear.hpp"
 #include "cutrain/nn/residual.hpp"
+#include "cutrain/nn/rms_norm.hpp"
 #include "cutrain/nn/sequential.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::deploy {
@@ -79,6 +81,14 @@ class Lowering {
       return {g_.node("Flatten", {x.name}, {attr_int("axis", 1)}), Shape{x.shape[0], rest}};
     }
     if (m.template get_if<nn::Dropout>(i)) return x;  // identity in eval mode
+    if (const auto* ln = m.template get_if<nn::LayerNorm<T>>(i)) return layer_norm(*ln, x, p, i);
+    if (const auto* rn = m.template get_if<nn::RMSNorm<T>>(i)) return rms_norm(*rn, x, p, i);
+    if (const auto* sm = m.template get_if<nn::Softmax>(i)) {
+      const int r = x.shape.rank(), axis = sm->axis < 0 ? sm->axis + r : sm->axis;
+      CUTRAIN_REQUIRE(axis >= 0 && axis < r, InvalidArgument, export_op, "module ", i, " (Softmax): axis ", sm->axis,
+                      " is outside a ", r, "-d input ", x.shape);
+      return {g_.node("Softmax", {x.name}, {attr_int("axis", axis)}), x.shape};
+    }
     throw NotImplemented(std::string(export_op),
                          cutrain::detail::cat("module ", i, " is a ", type_name(m.module_type(i)),
                                               ", which has no ONNX export (see docs/deploy.md for the modules that do)"));
@@ -124,6 +134,37 @@ class Lowering {
     std::vector<std::string> in{x.name, g_.initializer(p + ".weight", l.weight.shape(), floats_of(l.weight.value()))};
     if (l.bias.defined()) in.push_back(g_.initializer(p + ".bias", l.bias.shape(), floats_of(l.bias.value())));
     return {g_.node("Gemm", in, {attr_int("transB", 1)}), Shape{x.shape[0], out_f}};
+  }
+
+  // The first normalized axis of x for a norm over its trailing dims `dims`.
+  static std::int64_t norm_axis(const Value& x, const Shape& dims, std::string_view what, std::size_t i) {
+    const int r = x.shape.rank(), k = dims.rank();
+    bool ok = k <= r - 1;
+    for (int d = 0; ok && d < k; ++d) ok = x.shape[r - k + d] == dims[d];
+    CUTRAIN_REQUIRE(ok, InvalidArgument, export_op, "module ", i, " (", what, " over ", dims, ") does not take ", x.shape);
+    return r - k;
+  }
+
+  Value layer_norm(const nn::LayerNorm<T>& ln, const Value& x, const std::string& p, std::size_t i) {
+    const Shape& s = ln.weight.shape();
+    const std::int64_t axis = norm_axis(x, s, "LayerNorm", i);
+    const std::vector<std::string> in{x.name, g_.initializer(p + ".weight", s, floats_of(ln.weight.value())),
+                                      g_.initializer(p + ".bias", s, floats_of(ln.bias.value()))};
+    return {g_.node("LayerNormalization", in,
+                    {attr_int("axis", axis), attr_float("epsilon", static_cast<float>(ln.options().eps))}),
+            x.shape};
+  }
+
+  // opset 17 has no RMSNormalization (it is opset 23's): x / sqrt(mean(x^2) + eps) * weight.
+  Value rms_norm(const nn::RMSNorm<T>& rn, const Value& x, const std::string& p, std::size_t i) {
+    const Shape& s = rn.weight.shape();
+    const std::int64_t axis = norm_axis(x, s, "RMSNorm", i);
+    std::vector<std::int64_t> axes;
+    for (std::int64_t d = axis; d < x.shape.rank(); ++d) axes.push_back(d);
+    const auto ms = g_.node("ReduceMean", {g_.node("Mul", {x.name, x.name})}, {attr_ints("axes", axes), attr_int("keepdims", 1)});
+    const auto rms = g_.node("Sqrt", {g_.node("Add", {ms, g_.scalar(static_cast<float>(rn.options().eps))})});
+    const auto w = g_.initializer(p + ".weight", s, floats_of(rn.weight.value()));
+    return {g_.node("Mul", {g_.node("Div", {x.name, rms}), w}), x.shape};
   }
 
   // relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))

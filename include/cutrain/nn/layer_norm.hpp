@@ -34,6 +34,7 @@ class LayerNorm : public Module<LayerNorm<T>, T> {
   Var<X> operator()(const Var<X>& x) const {
     return autograd::layer_norm(x, weight, bias, opts_.eps);
   }
+  const LayerNormOptions& options() const { return opts_; }
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
     f(join_name(prefix, "weight"), weight);
     f(join_name(prefix, "bias"), bias);

@@ -1,4 +1,4 @@
-// Stateless modules: activations, pooling, flatten, dropout. Not templates: their call operator
+// Stateless modules: activations, softmax, pooling, flatten, dropout. Not templates: their call operator
 // takes a Var of any element type, so they read as nn::ReLU{} and nn::MaxPool2d({.kernel = 2}).
 #pragma once
 
@@ -21,6 +21,13 @@ struct Activation {
 struct ReLU {
   template <class T>
   autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::relu(x); }
+};
+
+// softmax along axis (negative counts from the end): a classifier's probabilities.
+struct Softmax {
+  int axis = -1;
+  template <class T>
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::softmax(x, axis); }
 };
 
 struct Pool2dOptions {

@@ -34,6 +34,7 @@ class RMSNorm : public Module<RMSNorm<T>, T> {
   Var<X> operator()(const Var<X>& x) const {
     return autograd::rms_norm(x, weight, opts_.eps);
   }
+  const RMSNormOptions& options() const { return opts_; }
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) { f(join_name(prefix, "weight"), weight); }
   Var<T> weight;
 
