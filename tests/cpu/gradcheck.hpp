@@ -112,4 +112,12 @@ void require_close(const Tensor<T>& a, const std::vector<double>& want, double t
     CHECK(thrown_);                                                                         \
   } while (0)
 
+// A vector of tensors (Tensor is move-only: no initializer lists of them).
+template <class... A>
+std::vector<Tensor<double>> tensors(A&&... a) {
+  std::vector<Tensor<double>> v;
+  (v.push_back(std::move(a)), ...);
+  return v;
+}
+
 }  // namespace cutrain::test

@@ -28,14 +28,6 @@ fusion::Graph residual_block(const Conv2dParams& p) {
   return g;
 }
 
-// A vector of tensors (Tensor is move-only: no initializer lists of them).
-template <class... A>
-std::vector<Tensor<double>> tensors(A&&... a) {
-  std::vector<Tensor<double>> v;
-  (v.push_back(std::move(a)), ...);
-  return v;
-}
-
 double gelu(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
 
 }  // namespace

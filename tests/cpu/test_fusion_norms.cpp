@@ -34,13 +34,6 @@ fusion::Graph bn_relu(double eps, double momentum) {
   return g;
 }
 
-template <class... A>
-std::vector<Tensor<double>> tensors(A&&... a) {
-  std::vector<Tensor<double>> v;
-  (v.push_back(std::move(a)), ...);
-  return v;
-}
-
 // a reshaped to `s` (a copy): the norm ops' [C] and [N] against the graph's [C, 1, 1] and [N, 1, 1, 1].
 Tensor<double> as(const Tensor<double>& a, const Shape& s) { return cutrain::reshape(a, s).clone(Layout::row_major); }
 }  // namespace
