@@ -3,6 +3,7 @@
 // global average), strided inputs, float against double, and bad input.
 #include "gradcheck.hpp"
 
+#include <limits>
 #include <numeric>
 
 #include "cutrain/ops/pool2d.hpp"
@@ -292,6 +293,35 @@ TEST_CASE("pool2d: bad input") {
                             "global_avg_pool_backward");
   CUTRAIN_REQUIRE_THROWS_OP(ops::global_avg_pool_backward(Tensor<half>::zeros({1, 2, 1, 1}), x.shape()),
                             NotImplemented, "global_avg_pool_backward");
+}
+
+TEST_CASE("max pool: a window holding a NaN gives NaN, the others their max (f64)", "[pool]") {
+  Rng rng(77);
+  auto x = Tensor<double>::uniform(Shape{2, 3, 7, 6}, rng, -1, 1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  x.flat(5) = nan;
+  x.flat(2 * 42 + 17) = nan;
+  x.flat(5 * 42 + 41) = nan;
+  for (const auto& p : {Pool2dParams::max(2), Pool2dParams::max(3, 2), Pool2dParams::max(2, 1, 0, 2)}) {
+    const auto y = ops::pool2d_forward(x, p);
+    const std::int64_t ks = p.kernel_h, st = p.effective_stride_h(), d = p.dilation_h;
+    for (std::int64_t pl = 0; pl < 6; ++pl)
+      for (std::int64_t i = 0; i < y.dim(2); ++i)
+        for (std::int64_t j = 0; j < y.dim(3); ++j) {
+          double m = -1e300;
+          bool has_nan = false;
+          for (std::int64_t a = 0; a < ks; ++a)
+            for (std::int64_t b = 0; b < ks; ++b) {
+              const double v = x.flat(pl * 42 + (i * st + a * d) * 6 + j * st + b * d);
+              has_nan |= std::isnan(v);
+              m = std::max(m, v);
+            }
+          const double got = y.flat((pl * y.dim(2) + i) * y.dim(3) + j);
+          INFO("kernel " << ks << " stride " << st << " dilation " << d << " plane " << pl << " at " << i << "," << j);
+          if (has_nan) CHECK(std::isnan(got));
+          else CHECK(got == m);
+        }
+  }
 }
 
 }  // namespace cutrain_test_pool2d

@@ -81,6 +81,30 @@ Tensor<T> pool2d_forward(const Tensor<T>& x, const Pool2dParams& p) {
   Tensor<T> y(Shape{x.dim(0), x.dim(1), g.oh, g.ow});
   const T* xs = xc.data();
   T* ys = y.data();
+  // Max pooling whose every window lies inside the input (no padding, no ceil-mode overhang: the
+  // common 2x2 / 3x3 pools): the taps straight from the geometry, the NaN rule kept.
+  const bool inside = g.pt == 0 && g.pl == 0 && (g.oh - 1) * g.sh + (g.kh - 1) * g.dh < g.h &&
+                      (g.ow - 1) * g.sw + (g.kw - 1) * g.dw < g.w;
+  if (p.mode == PoolMode::max && inside) {
+    for (std::int64_t pl = 0; pl < g.planes; ++pl) {
+      const T* plane = xs + pl * g.h * g.w;
+      T* out = ys + pl * g.oh * g.ow;
+      for (std::int64_t i = 0; i < g.oh; ++i)
+        for (std::int64_t j = 0; j < g.ow; ++j) {
+          const T* at = plane + i * g.sh * g.w + j * g.sw;
+          T m = at[0];
+          bool nan = false;
+          for (std::int64_t a = 0; a < g.kh; ++a)
+            for (std::int64_t b = 0; b < g.kw; ++b) {
+              const T v = at[a * g.dh * g.w + b * g.dw];
+              nan |= std::isnan(v);
+              m = v > m ? v : m;
+            }
+          out[i * g.ow + j] = nan ? plane[detail::pool_argmax(plane, g.w, detail::pool_window(g, p, i, j))] : m;
+        }
+    }
+    return in_layout_of(std::move(y), x);
+  }
   for (std::int64_t pl = 0; pl < g.planes; ++pl) {
     const T* plane = xs + pl * g.h * g.w;
     T* out = ys + pl * g.oh * g.ow;

@@ -127,7 +127,8 @@ class Engine {
     fused_.resize(plan_.steps.size());
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
       const auto& s = plan_.steps[i];
-      if (s.kind != StepKind::conv || s.in2 < 0) continue;
+      // On the CPU a fusion graph runs as its separate ops anyway: run() calls them directly.
+      if (s.kind != StepKind::conv || s.in2 < 0 || o.device.is_cpu()) continue;
       fusion::Graph g;
       auto x = g.input("x"), w = g.input("w"), b = g.input("bias"), r = g.input("residual");  // in call order
       auto y = g.add(g.add(g.conv2d(x, w, s.conv), b), r);
@@ -217,7 +218,12 @@ class Engine {
     const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
     switch (s.kind) {
       case StepKind::conv:
-        if (s.in2 >= 0) return std::move((*fused_[i])(x, s.w, s.b, v[static_cast<std::size_t>(s.in2)])[0]);
+        if (s.in2 >= 0 && fused_[i]) return std::move((*fused_[i])(x, s.w, s.b, v[static_cast<std::size_t>(s.in2)])[0]);
+        if (s.in2 >= 0) {  // the CPU: act(conv + bias + residual) in three passes
+          Tensor<E> y = ops::binary(BinaryOp::add, ops::conv2d_forward(x, s.w, s.b.reshape({s.w.dim(0)}), s.conv),
+                                    v[static_cast<std::size_t>(s.in2)]);
+          return s.act.kind == Activation::identity ? std::move(y) : ops::activation_forward(y, s.act);
+        }
         if (s.act.kind == Activation::identity || !s.b.defined()) {
           Tensor<E> y = ops::conv2d_forward(x, s.w, s.b, s.conv);
           return s.act.kind == Activation::identity ? std::move(y) : ops::activation_forward(y, s.act);
