@@ -129,6 +129,13 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
   const auto bad_kind = plan_edit("bad_kind", [](json::Value& p) { p["steps"][0]["kind"] = "deconv"; });
   const auto bad_act = plan_edit("bad_act", [](json::Value& p) { p["steps"][0]["act"] = 99; });
   const auto bad_output = plan_edit("bad_output", [](json::Value& p) { p["output"] = 0; });
+  const auto graph_on_cpu = plan_edit("graph_on_cpu", [](json::Value& p) { p["cuda_graph"] = true; });
+  const auto wide_act = plan_edit("wide_act", [](json::Value& p) { p["steps"][0]["act"] = (std::int64_t{1} << 32) + 1; });
+  const auto bad_layout = plan_edit("bad_layout", [](json::Value& p) { p["layout"] = "nchw"; });
+  const auto huge = plan_edit("huge", [](json::Value& p) {
+    p["shapes"][0] = json::Value::array({1 << 30, 1 << 30, 4, 1});
+  });
+  const auto stray = edited("stray", [](Safetensors& f) { f.tensors["step99.w"] = Tensor<double>::zeros(Shape{2}); });
   const auto not_st = dir / "text.engine";
   { std::ofstream(not_st) << "not an engine"; }
   using deploy::load_engine;
@@ -149,11 +156,11 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
       bad<IoError>("broken JSON", "load_engine", {"\"plan\" is not valid JSON"}, [&] { load_engine<double>(broken); }),
       bad<IoError>("missing weight", "load_engine", {"does not add up", "conv step has no weight"},
                    [&] { load_engine<double>(no_weight); }),
-      bad<IoError>("misshapen weight", "load_engine", {"does not add up", "step 0 (conv 0)", "the plan says"},
+      bad<IoError>("misshapen weight", "load_engine", {"does not add up", "step 0 (module 0)", "the plan says"},
                    [&] { load_engine<double>(wrong_weight); }),
       bad<IoError>("weight of another dtype", "load_engine", {"tensor step0.w is", "f32"},
                    [&] { load_engine<double>(f32_weight); }),
-      bad<IoError>("index out of range", "load_engine", {"step 1 reads a value not yet written"},
+      bad<IoError>("index out of range", "load_engine", {"step 1", "in is 40, outside 0 to"},
                    [&] { load_engine<double>(bad_index); }),
       bad<IoError>("a value written twice", "load_engine", {"step 1", "writes one twice"},
                    [&] { load_engine<double>(twice); }),
@@ -161,10 +168,20 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
                    [&] { load_engine<double>(bad_shape); }),
       bad<IoError>("unknown step kind", "load_engine", {"step kind \"deconv\" is unknown"},
                    [&] { load_engine<double>(bad_kind); }),
-      bad<IoError>("unknown activation", "load_engine", {"unknown activation kind 99"},
+      bad<IoError>("unknown activation", "load_engine", {"step 0", "act is 99, outside 0 to 8"},
                    [&] { load_engine<double>(bad_act); }),
       bad<IoError>("output never written", "load_engine", {"the output value 0"},
                    [&] { load_engine<double>(bad_output); }),
+      bad<IoError>("CUDA graphs in a CPU file", "load_engine", {"does not add up", "cuda_graph needs a GPU device"},
+                   [&] { load_engine<double>(graph_on_cpu); }),
+      bad<IoError>("an activation past int", "load_engine", {"act is 4294967297"},
+                   [&] { load_engine<double>(wide_act); }),
+      bad<IoError>("unknown layout", "load_engine", {"layout \"nchw\" is neither"},
+                   [&] { load_engine<double>(bad_layout); }),
+      bad<IoError>("a shape past memory", "load_engine", {"[1073741824,1073741824,4,1] is too large"},
+                   [&] { load_engine<double>(huge); }),
+      bad<IoError>("a tensor no step reads", "load_engine", {"1 tensor(s) that no step reads"},
+                   [&] { load_engine<double>(stray); }),
       bad<IoError>("missing file", "load_engine", {"nothing.engine"},
                    [&] { load_engine<double>(dir / "nothing.engine"); }),
   });

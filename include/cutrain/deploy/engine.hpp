@@ -59,6 +59,25 @@ struct CompileOptions {
   bool cuda_graph = false;
 };
 
+namespace detail {
+// Options an engine in E can run with, for inputs of up to max_batch (compile's and
+// load_engine's check): E on o.device, min_batch within 1..max_batch, a row-major or NHWC layout,
+// CUDA graphs only on a GPU.
+template <class E>
+void check_options(std::string_view op, const CompileOptions& o, std::int64_t max_batch) {
+  const bool fits = o.device.is_cpu() ? (std::same_as<E, double> || std::same_as<E, float>)
+                                      : (std::same_as<E, float> || std::same_as<E, bfloat16> || std::same_as<E, half>);
+  CUTRAIN_REQUIRE(fits, InvalidArgument, op, "an engine in ", dtype_of<E>, " cannot run on ", o.device,
+                  " (the CPU runs f64 and f32, the GPU f32, bf16 and f16)");
+  CUTRAIN_REQUIRE(o.min_batch >= 1 && o.min_batch <= max_batch, InvalidArgument, op, "min_batch ", o.min_batch,
+                  " must be 1 to the example batch ", max_batch);
+  CUTRAIN_REQUIRE(o.layout == Layout::row_major || o.layout == Layout::nhwc, InvalidArgument, op,
+                  "layout must be row_major or nhwc, got ", o.layout);
+  CUTRAIN_REQUIRE(!o.cuda_graph || o.device.is_cuda(), InvalidArgument, op, "cuda_graph needs a GPU device, got ",
+                  o.device);
+}
+}  // namespace detail
+
 template <class E>
 class Engine {
  public:
@@ -257,22 +276,13 @@ template <class E, class T>
 Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o = {}) {
   using detail::compile_op;
   detail::check_model_input(compile_op, model, example_shape);
-  const bool fits = o.device.is_cpu() ? (std::same_as<E, double> || std::same_as<E, float>)
-                                      : (std::same_as<E, float> || std::same_as<E, bfloat16> || std::same_as<E, half>);
-  CUTRAIN_REQUIRE(fits, InvalidArgument, compile_op, "an engine in ", dtype_of<E>, " cannot run on ", o.device,
-                  " (the CPU runs f64 and f32, the GPU f32, bf16 and f16)");
-  CUTRAIN_REQUIRE(o.min_batch >= 1 && o.min_batch <= example_shape[0], InvalidArgument, compile_op, "min_batch ",
-                  o.min_batch, " must be 1 to the example batch ", example_shape[0]);
-  CUTRAIN_REQUIRE(o.layout == Layout::row_major || o.layout == Layout::nhwc, InvalidArgument, compile_op,
-                  "layout must be row_major or nhwc, got ", o.layout);
+  detail::check_options<E>(compile_op, o, example_shape[0]);
   Plan<T> p = lower(model, example_shape);
   if (o.fuse) {
     fold_batch_norms(p);
     fuse_residual_adds(p);
     fuse_activations(p);
   }
-  CUTRAIN_REQUIRE(!o.cuda_graph || o.device.is_cuda(), InvalidArgument, compile_op,
-                  "cuda_graph needs a GPU device, got ", o.device);
   Plan<E> plan{.steps = {}, .shapes = p.shapes, .output = p.output, .removed = p.removed};
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     auto& s = p.steps[i];

@@ -111,6 +111,18 @@ inline Pool2dParams pool_from_json(const json::Value& v) {
           .pad_top = p[5], .pad_bottom = p[6], .pad_left = p[7], .pad_right = p[8], .count_include_pad = p[9] != 0,
           .ceil_mode = p[10] != 0, .dilation_h = p[11], .dilation_w = p[12]};
 }
+// An int of the file that must lie in [lo, hi].
+inline int int_in(const json::Value& v, std::int64_t lo, std::int64_t hi, std::string_view what) {
+  const std::int64_t i = json::as_int(v);
+  CUTRAIN_REQUIRE(i >= lo && i <= hi, InvalidArgument, "load_engine", what, " is ", i, ", outside ", lo, " to ", hi);
+  return static_cast<int>(i);
+}
+inline Layout layout_from_json(const std::string& s) {
+  if (s == to_string(Layout::nhwc)) return Layout::nhwc;
+  CUTRAIN_REQUIRE(s == to_string(Layout::row_major), InvalidArgument, "load_engine", "layout \"", s,
+                  "\" is neither row_major nor nhwc");
+  return Layout::row_major;
+}
 inline StepKind step_kind(const std::string& s) {
   for (int k = 0; k <= static_cast<int>(StepKind::add); ++k)
     if (s == to_string(static_cast<StepKind>(k))) return static_cast<StepKind>(k);
@@ -125,7 +137,9 @@ inline Shape shape_from_json(const json::Value& v) {
     CUTRAIN_REQUIRE(d.back() > 0 && d.back() < (std::int64_t{1} << 31), InvalidArgument, "load_engine",
                     "a value's dimension is ", d.back());
   }
-  return Shape(d);
+  Shape s(d);
+  CUTRAIN_REQUIRE(shape_fits(s, 8), InvalidArgument, "load_engine", "a value's shape ", s, " is too large");
+  return s;
 }
 
 // The shape a step writes, from its input shapes, params and weights, as lowering gave it; throws
@@ -260,18 +274,20 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
       throw IoError(std::string(op), cutrain::detail::cat(path.string(), ": its \"", k, "\" is not valid JSON: ", e.reason()));
     }
   };
-  const json::Value env = parsed("environment"), plan = parsed("plan"), tuned = parsed("autotune");
+  const json::Value env = parsed("environment"), plan = parsed("plan");
   std::map<std::string, std::string> file_env;
   if (env.is_object())
     for (const auto& [k, v] : env.items()) file_env[k] = v.is_string() ? v.template get<std::string>() : json::dump(v, 0);
-  const Device d = device.value_or(file_env["device"] == "cuda" ? Device::cuda(0) : Device::cpu());
+  const auto saved_for = file_env.find("device");
+  const bool saved_cuda = saved_for != file_env.end() && saved_for->second == "cuda";
+  const Device d = device.value_or(saved_cuda ? Device::cuda(0) : Device::cpu());
   CUTRAIN_REQUIRE(d.is_cpu() || built_with_cuda, InvalidArgument, op, path.string(), " is an engine for ", d,
                   ", and this build has no CUDA");
   if (const auto diff = detail::environment_differences(file_env, detail::engine_environment(d)); !diff.empty())
     throw InvalidArgument(std::string(op), cutrain::detail::cat(path.string(), " does not match here: ", diff));
   try {  // from here a problem is the file's: IoError
     CompileOptions o{.device = d,
-                     .layout = json::as_string(json::at(plan, "layout")) == "nhwc" ? Layout::nhwc : Layout::row_major,
+                     .layout = detail::layout_from_json(json::as_string(json::at(plan, "layout"))),
                      .min_batch = json::as_int(json::at(plan, "min_batch")),
                      .fuse = json::as_bool(json::at(plan, "fuse")),
                      .cuda_graph = json::as_bool(json::at(plan, "cuda_graph"))};
@@ -279,49 +295,59 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
     for (const auto& s : json::as_array(json::at(plan, "shapes"))) p.shapes.push_back(detail::shape_from_json(s));
     for (const auto& r : json::as_array(json::at(plan, "removed"))) p.removed.push_back(json::as_string(r));
     const auto n = static_cast<int>(p.shapes.size());
-    CUTRAIN_REQUIRE(n >= 1 && o.min_batch >= 1 && o.min_batch <= p.shapes[0][0], InvalidArgument, op,
-                    "min_batch ", o.min_batch, " is outside the input's batch");
+    CUTRAIN_REQUIRE(n >= 1, InvalidArgument, op, "the plan has no values");
+    detail::check_options<E>(op, o, p.shapes[0][0]);  // as compile's: a CPU file that asks for CUDA graphs is corrupt
     std::vector<bool> written(static_cast<std::size_t>(n), false);
     written[0] = true;
+    std::size_t tensors_read = 0;
     const auto& steps = json::as_array(json::at(plan, "steps"));
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const auto& j = steps[i];
-      Step<E> s{.kind = detail::step_kind(json::as_string(json::at(j, "kind"))),
-                .in = static_cast<int>(json::as_int(json::at(j, "in"))),
-                .in2 = static_cast<int>(json::as_int(json::at(j, "in2"))),
-                .out = static_cast<int>(json::as_int(json::at(j, "out"))),
-                .conv = detail::conv_from_json(json::at(j, "conv")),
-                .pool = detail::pool_from_json(json::at(j, "pool")),
-                .act = {.kind = static_cast<Activation>(json::as_int(json::at(j, "act"))),
-                        .alpha = json::as_double(json::at(j, "alpha"))},
-                .module = json::as_string(json::at(j, "module"))};
-      for (const auto& m : json::as_array(json::at(j, "merged"))) s.merged.push_back(json::as_string(m));
-      const auto ready = [&](int v) { return v >= 0 && v < n && written[static_cast<std::size_t>(v)]; };
-      CUTRAIN_REQUIRE(ready(s.in) && (s.in2 == -1 || ready(s.in2)) && s.out > 0 && s.out < n &&
-                          !written[static_cast<std::size_t>(s.out)],
-                      InvalidArgument, op, "step ", i, " reads a value not yet written or writes one twice");
-      written[static_cast<std::size_t>(s.out)] = true;
-      const auto take = [&](const std::string& name, Layout l) {
-        const auto it = file.tensors.find(name);
-        if (it == file.tensors.end()) return Tensor<E>{};
-        CUTRAIN_REQUIRE(it->second.dtype() == dtype_of<E>, InvalidArgument, op, "tensor ", name, " is ",
-                        it->second.describe());
-        return it->second.template get<E>().contiguous(l).to(d);
-      };
-      s.w = take(cutrain::detail::cat("step", i, ".w"), s.kind == StepKind::conv ? o.layout : Layout::row_major);
-      s.b = take(cutrain::detail::cat("step", i, ".b"), Layout::row_major);
-      const Shape y = detail::step_output(s, p.shapes);
-      CUTRAIN_REQUIRE(y == p.shapes[static_cast<std::size_t>(s.out)], InvalidArgument, op, "step ", i, " (",
-                      to_string(s.kind), " ", s.module, ") writes ", y, ", the plan says ",
-                      p.shapes[static_cast<std::size_t>(s.out)]);
+      Step<E> s;
+      try {  // the step's index (and module, once read) in every message about it
+        s = Step<E>{.kind = detail::step_kind(json::as_string(json::at(j, "kind"))),
+                    .in = detail::int_in(json::at(j, "in"), 0, n - 1, "in"),
+                    .in2 = detail::int_in(json::at(j, "in2"), -1, n - 1, "in2"),
+                    .out = detail::int_in(json::at(j, "out"), 1, n - 1, "out"),
+                    .conv = detail::conv_from_json(json::at(j, "conv")),
+                    .pool = detail::pool_from_json(json::at(j, "pool")),
+                    .act = {.kind = static_cast<Activation>(
+                                detail::int_in(json::at(j, "act"), 0, static_cast<int>(Activation::silu), "act")),
+                            .alpha = json::as_double(json::at(j, "alpha"))},
+                    .module = json::as_string(json::at(j, "module"))};
+        for (const auto& m : json::as_array(json::at(j, "merged"))) s.merged.push_back(json::as_string(m));
+        const auto ready = [&](int v) { return v >= 0 && written[static_cast<std::size_t>(v)]; };
+        CUTRAIN_REQUIRE(ready(s.in) && (s.in2 == -1 || ready(s.in2)) && !written[static_cast<std::size_t>(s.out)],
+                        InvalidArgument, op, "it reads a value not yet written or writes one twice");
+        written[static_cast<std::size_t>(s.out)] = true;
+        const auto take = [&](const std::string& name, Layout l) {
+          const auto it = file.tensors.find(name);
+          if (it == file.tensors.end()) return Tensor<E>{};
+          CUTRAIN_REQUIRE(it->second.dtype() == dtype_of<E>, InvalidArgument, op, "tensor ", name, " is ",
+                          it->second.describe());
+          ++tensors_read;
+          return it->second.template get<E>().contiguous(l).to(d);
+        };
+        s.w = take(cutrain::detail::cat("step", i, ".w"), s.kind == StepKind::conv ? o.layout : Layout::row_major);
+        s.b = take(cutrain::detail::cat("step", i, ".b"), Layout::row_major);
+        const Shape y = detail::step_output(s, p.shapes);
+        CUTRAIN_REQUIRE(y == p.shapes[static_cast<std::size_t>(s.out)], InvalidArgument, op, "it writes ", y,
+                        ", the plan says ", p.shapes[static_cast<std::size_t>(s.out)]);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(std::string(op), cutrain::detail::cat("step ", i, s.module.empty() ? "" : " (module ",
+                                                                    s.module, s.module.empty() ? "" : ")", ": ", e.what()));
+      }
       p.steps.push_back(std::move(s));
     }
+    CUTRAIN_REQUIRE(tensors_read == file.tensors.size(), InvalidArgument, op, "it holds ",
+                    file.tensors.size() - tensors_read, " tensor(s) that no step reads");
     p.output = static_cast<int>(json::as_int(json::at(plan, "output")));
     CUTRAIN_REQUIRE(p.output >= 0 && p.output < n && written[static_cast<std::size_t>(p.output)] &&
                         (p.output > 0 || p.steps.empty()),
                     InvalidArgument, op, "the output value ", p.output, " is no step's output");
 #ifdef CUTRAIN_WITH_CUDA
     if (d.is_cuda()) {  // the tuner's choices, where this process has none of its own for the key
+      const json::Value tuned = parsed("autotune");
       const auto store = cuda::autotune::cache();
       cuda::autotune::detail::use_environment(*store, cuda::autotune::environment(d.index));
       for (const auto& e : json::as_array(tuned)) {
