@@ -5,7 +5,13 @@
 // with cuda_graph (one replay per call); CUDA events around one call (input copy-in and output
 // copy-out included), median of 30 after 10 warm-up calls. Then the engine saved to an engine
 // file and loaded from it, against compiling (wall clock, each before any call: neither builds a
-// plan; a first, untimed compile takes the CUDA context's start). Prints one JSON object.
+// plan; a first, untimed compile takes the CUDA context's start). Then the same engine with its
+// convolutions in e4m3 (deploy::quantize_e4m3, max calibration on 2 random batches: timing only,
+// the values mean nothing): e4m3 where it was faster per convolution (QuantizeOptions' default),
+// eager and with cuda_graph, and every convolution in e4m3 with w scales per channel and per
+// tensor, with cuda_graph. Prints one JSON object; on stderr the reports (each convolution's
+// time in both precisions) and cutrain's profile (profile::Session) of 20 eager batch-N calls of
+// the bf16 and e4m3 engines, N the largest batch.
 //
 //   bench_deploy_gpu [--batches 1,32,256]
 //
@@ -16,15 +22,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <initializer_list>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cutrain/cutrain.hpp"
 #include "cutrain/deploy/engine.hpp"
 #include "cutrain/deploy/engine_file.hpp"
+#include "cutrain/deploy/engine_fp8.hpp"
 #include "cutrain/nn.hpp"
 
 using namespace cutrain;
@@ -91,20 +100,49 @@ int main(int argc, char** argv) {
     const auto file_bytes = static_cast<long long>(std::filesystem::file_size(file));
     std::filesystem::remove(file);
     const auto graphed = deploy::compile<bfloat16>(net, in, graph_o);
+    auto fp8 = deploy::compile<bfloat16>(net, in, eager_o), fp8_graphed = deploy::compile<bfloat16>(net, in, graph_o);
+    auto fp8t = deploy::compile<bfloat16>(net, in, eager_o), fp8t_graphed = deploy::compile<bfloat16>(net, in, graph_o);
+    std::vector<Tensor<bfloat16>> cal;
+    for (int i = 0; i < 2; ++i) cal.push_back(cast<bfloat16>(Tensor<float>::randn(in, data, 1.0)).to(Device::cuda(0)));
+    const double quantize_ms = wall_ms([&] { deploy::quantize_e4m3<bfloat16>(fp8, cal); });
+    deploy::quantize_e4m3<bfloat16>(fp8_graphed, cal);
+    auto fp8a = deploy::compile<bfloat16>(net, in, eager_o), fp8a_graphed = deploy::compile<bfloat16>(net, in, graph_o);
+    const deploy::QuantizeOptions every{.keep_faster = false}, per_tensor{.per_channel = false, .keep_faster = false};
+    deploy::quantize_e4m3<bfloat16>(fp8a, cal, every);
+    deploy::quantize_e4m3<bfloat16>(fp8a_graphed, cal, every);
+    deploy::quantize_e4m3<bfloat16>(fp8t, cal, per_tensor);
+    deploy::quantize_e4m3<bfloat16>(fp8t_graphed, cal, per_tensor);
     std::printf("{\"model\": \"resnet18_cifar\", \"dtype\": \"bf16\", \"layout\": \"nhwc\", \"rows\": [");
     for (std::size_t k = 0; k < batches.size(); ++k) {
       const std::int64_t n = batches[k];
       const auto x = cast<bfloat16>(Tensor<float>::randn(Shape{n, 3, 32, 32}, data, 1.0)).to(Device::cuda(0));
       const double e = median_ms([&] { (void)eager(x); });
       const double g = median_ms([&] { (void)graphed(x); });
-      std::printf("%s\n {\"batch\": %lld, \"engine_ms\": %.4f, \"engine_graph_ms\": %.4f}", k ? "," : "",
-                  static_cast<long long>(n), e, g);
+      const double f = median_ms([&] { (void)fp8(x); });
+      const double fg = median_ms([&] { (void)fp8_graphed(x); });
+      const double fag = median_ms([&] { (void)fp8a_graphed(x); });
+      const double ftg = median_ms([&] { (void)fp8t_graphed(x); });
+      std::printf("%s\n {\"batch\": %lld, \"engine_ms\": %.4f, \"engine_graph_ms\": %.4f, \"fp8_ms\": %.4f, "
+                  "\"fp8_graph_ms\": %.4f, \"fp8_all_graph_ms\": %.4f, \"fp8_all_per_tensor_graph_ms\": %.4f}",
+                  k ? "," : "", static_cast<long long>(n), e, g, f, fg, fag, ftg);
     }
     std::printf("\n], \"activations\": {\"planned_bytes\": %lld, \"all_bytes\": %lld},\n",
                 static_cast<long long>(eager.memory().arena), static_cast<long long>(eager.memory().total));
-    std::printf(" \"engine_file\": {\"compile_ms\": %.1f, \"save_ms\": %.1f, \"load_ms\": %.1f, \"bytes\": %lld}}\n",
+    std::printf(" \"engine_file\": {\"compile_ms\": %.1f, \"save_ms\": %.1f, \"load_ms\": %.1f, \"bytes\": %lld},\n",
                 compile_ms, save_ms, load_ms, file_bytes);
+    std::printf(" \"fp8\": {\"quantize_ms\": %.1f, \"calibration_batches\": 2}}\n", quantize_ms);
     std::fputs(graphed.report().c_str(), stderr);
+    std::fputs(fp8.report().c_str(), stderr);
+    const auto x = cast<bfloat16>(Tensor<float>::randn(in, data, 1.0)).to(Device::cuda(0));
+    using Named = std::pair<const char*, const deploy::Engine<bfloat16>*>;
+    for (const auto& [name, engine] :
+         std::initializer_list<Named>{{"bf16", &eager}, {"e4m3 where faster", &fp8}, {"e4m3 everywhere", &fp8a}}) {
+      profile::Session prof;
+      for (int i = 0; i < 20; ++i) (void)(*engine)(x);
+      prof.stop();
+      std::fprintf(stderr, "\n-- profile: %s engine, 20 calls at batch %lld\n%s", name, static_cast<long long>(largest),
+                   prof.table().c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "bench_deploy_gpu: " << e.what() << "\n";

@@ -70,15 +70,16 @@ def main():
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
     if a.cutrain:
         ours = {r["batch"]: r for r in json.loads(a.cutrain.read_text())["rows"]}
-        print("| batch | cutrain engine | engine + CUDA graph | PyTorch eager | PyTorch CUDA graph | PyTorch best | "
-              "engine graph / best |")
+        print("| batch | cutrain engine | engine + CUDA graph | e4m3 engine + CUDA graph | PyTorch eager | "
+              "PyTorch CUDA graph | PyTorch best | engine graph / best | e4m3 graph / best |")
         for r in rows:
             c = ours.get(r["batch"])
             if not c:
                 continue
             best = min(v for k, v in r.items() if k.endswith("_ms"))
-            print(f"| {r['batch']} | {c['engine_ms']:.4f} | {c['engine_graph_ms']:.4f} | {r['eager_ms']:.4f} | "
-                  f"{r['graph_ms']:.4f} | {best:.4f} | {c['engine_graph_ms'] / best:.2f} |")
+            f8 = c.get("fp8_graph_ms", float("nan"))
+            print(f"| {r['batch']} | {c['engine_ms']:.4f} | {c['engine_graph_ms']:.4f} | {f8:.4f} | {r['eager_ms']:.4f} | "
+                  f"{r['graph_ms']:.4f} | {best:.4f} | {c['engine_graph_ms'] / best:.2f} | {f8 / best:.2f} |")
 
 
 if __name__ == "__main__":

@@ -6,14 +6,17 @@
 // with CUDA and a GPU is present, else on the CPU.
 //
 //   deploy [--checkpoint FILE | --model fashion_mnist_cnn|resnet18_cifar] [--device cpu|cuda]
-//          [--precision f32|bf16|f16] [--batch N] [--cuda-graph] [--engine FILE]
-//          [--export FILE.onnx] [--data DIR] [--limit N] [--seed N]
+//          [--precision f32|bf16|f16|fp8] [--calibrate N] [--calibrator max|percentile[:P]]
+//          [--batch N] [--cuda-graph] [--engine FILE] [--export FILE.onnx] [--data DIR] [--limit N]
+//          [--seed N]
 //
 // --checkpoint reads what `fashion_mnist --checkpoint FILE` writes. --engine FILE saves the
 // engine there and loads it back (compile, save and load times are printed); without it the
-// engine file goes to a temporary file. --precision int8|fp8 (and --calibrate N) are refused:
-// 8-bit calibration is not built yet (docs/deploy.md). --limit N evaluates the first N test
-// images only. The last line: "engine: test accuracy XX.XX% (model YY.YY%), batch 1 A ms,
+// engine file goes to a temporary file. --precision fp8 is a bf16 engine whose convolutions
+// deploy::quantize_e4m3 calibrates on N batches (--calibrate, default 4) of the training images
+// (random inputs for a model without data) with the given calibrator (default max; percentile:
+// 99.99 unless P is given), GPU only. int8 is refused: on the H200 cuDNN 9.19's int8 convolutions
+// are slower than bf16 (docs/deploy.md). --limit N evaluates the first N test images only. The last line: "engine: test accuracy XX.XX% (model YY.YY%), batch 1 A ms,
 // batch N B ms (C images/s)".
 #include <algorithm>
 #include <chrono>
@@ -24,6 +27,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,7 +46,8 @@ namespace {
 struct Args {
   std::string checkpoint, model = "fashion_mnist_cnn", device, precision = "f32", engine, onnx;
   std::string data = data::fashion_mnist_dir();
-  std::int64_t batch = 256, limit = 0;
+  std::int64_t batch = 256, limit = 0, calibrate = 4;
+  deploy::QuantizeOptions calibrator{};
   std::uint64_t seed = 0;
   bool cuda_graph = false;
 };
@@ -50,8 +55,9 @@ struct Args {
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr << "deploy: " << msg << "\n"
             << "usage: deploy [--checkpoint FILE | --model fashion_mnist_cnn|resnet18_cifar] [--device cpu|cuda]\n"
-            << "              [--precision f32|bf16|f16] [--batch N] [--cuda-graph] [--engine FILE]\n"
-            << "              [--export FILE.onnx] [--data DIR] [--limit N] [--seed N]\n";
+            << "              [--precision f32|bf16|f16|fp8] [--calibrate N] [--calibrator max|percentile[:P]]\n"
+            << "              [--batch N] [--cuda-graph] [--engine FILE] [--export FILE.onnx] [--data DIR]\n"
+            << "              [--limit N] [--seed N]\n";
   std::exit(2);
 }
 
@@ -75,15 +81,26 @@ Args parse(int argc, char** argv) {
       else if (f == "--data") a.data = value();
       else if (f == "--limit") a.limit = std::stoll(value());
       else if (f == "--seed") a.seed = std::stoull(value());
-      else if (f == "--calibrate") usage("--calibrate: 8-bit calibration is not built yet (docs/deploy.md)");
+      else if (f == "--calibrate") a.calibrate = std::stoll(value());
+      else if (f == "--calibrator") {
+        const std::string c = value();
+        if (c == "max") a.calibrator = {.calibrator = Calibrator::max};
+        else if (c == "percentile") a.calibrator = {.calibrator = Calibrator::percentile};
+        else if (c.rfind("percentile:", 0) == 0)
+          a.calibrator = {.calibrator = Calibrator::percentile, .percentile = std::stod(c.substr(11))};
+        else usage("--calibrator must be max, percentile or percentile:P");
+      }
       else usage("unknown flag " + f);
     } catch (const std::logic_error&) {
       usage(f + " needs a number");
     }
   }
-  if (a.precision == "int8" || a.precision == "fp8")
-    usage("--precision " + a.precision + ": 8-bit calibration is not built yet (docs/deploy.md)");
-  if (a.precision != "f32" && a.precision != "bf16" && a.precision != "f16") usage("--precision must be f32, bf16 or f16");
+  if (a.precision == "int8")
+    usage("--precision int8: cuDNN 9.19's int8 convolutions are slower than bf16 on the H200; fp8 is the 8-bit mode "
+          "(docs/deploy.md)");
+  if (a.precision != "f32" && a.precision != "bf16" && a.precision != "f16" && a.precision != "fp8")
+    usage("--precision must be f32, bf16, f16 or fp8");
+  if (a.calibrate < 1 || a.calibrate > 1000) usage("--calibrate must be in [1, 1000]");
   if (a.model != "fashion_mnist_cnn" && a.model != "resnet18_cifar") usage("--model must be fashion_mnist_cnn or resnet18_cifar");
   if (!a.checkpoint.empty()) a.model = "fashion_mnist_cnn";
   if (a.device != "" && a.device != "cpu" && a.device != "cuda") usage("--device must be cpu or cuda");
@@ -142,8 +159,28 @@ int run(const Args& args, nn::Sequential<float>& net, const Shape& in, const Dev
   const Layout layout = dev.is_cuda() && !std::same_as<E, float> ? Layout::nhwc : Layout::row_major;
   const deploy::CompileOptions o{.device = dev, .layout = layout, .cuda_graph = args.cuda_graph};
   auto t0 = Clock::now();
-  const auto compiled = deploy::compile<E>(net, in, o);
+  auto compiled = deploy::compile<E>(net, in, o);
   const double compile_ms = ms_since(t0);
+  if (args.precision == "fp8") {
+    if constexpr (std::same_as<E, bfloat16>) {
+      std::vector<Tensor<E>> batches;
+      const bool real = args.model == "fashion_mnist_cnn" && std::filesystem::exists(args.data + "/train-images-idx3-ubyte.gz");
+      if (real) {
+        auto train = data::fashion_mnist<float>("train", args.data);
+        const std::int64_t n = std::min(train.size(), args.calibrate * in[0]);
+        train = {train.images.slice(0, 0, n), train.labels.slice(0, 0, n)};
+        data::Loader loader(train, {.batch = in[0], .normalize_mean = 0.2860, .normalize_std = 0.3530, .device = dev});
+        for (auto [x, y] : loader) batches.push_back(cast<E>(x));
+      } else {
+        Rng cal(args.seed + 11);
+        for (std::int64_t i = 0; i < args.calibrate; ++i) batches.push_back(cast<E>(Tensor<float>::randn(in, cal, 1.0)).to(dev));
+      }
+      t0 = Clock::now();
+      deploy::quantize_e4m3(compiled, std::span<const Tensor<E>>(batches), args.calibrator);
+      std::printf("calibrated on %zu batches of %s in %.1f ms\n", batches.size(),
+                  real ? "Fashion-MNIST training images" : "random inputs", ms_since(t0));
+    }
+  }
   std::cout << compiled.report();
 
   // The engine file: saved, loaded, and the loaded engine checked against the compiled one.
@@ -237,7 +274,7 @@ int main(int argc, char** argv) {
               << (args.cuda_graph ? ", CUDA graphs" : "") << "\n";
     if (args.precision == "f32") return run<float>(args, net, in, dev);
     CUTRAIN_REQUIRE(gpu, InvalidArgument, "deploy", "--precision ", args.precision, " runs on the GPU only");
-    if (args.precision == "bf16") return run<bfloat16>(args, net, in, dev);
+    if (args.precision == "bf16" || args.precision == "fp8") return run<bfloat16>(args, net, in, dev);
     return run<cutrain::half>(args, net, in, dev);
   } catch (const std::exception& e) {
     std::cerr << "deploy: " << e.what() << "\n";

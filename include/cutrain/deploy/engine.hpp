@@ -15,6 +15,7 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -22,10 +23,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "cutrain/core/cast.hpp"
+#include "cutrain/core/fp8.hpp"
 #include "cutrain/deploy/engine_plan.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/broadcast.hpp"
@@ -38,6 +41,8 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cuda_graph.hpp"
+#include "cutrain/cuda/cudnn/conv_fp8.hpp"
+#include "cutrain/cuda/kernels/quantize.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::deploy {
@@ -57,6 +62,19 @@ struct CompileOptions {
   // the caller's stream by events. A call copies x into the graph's input and its output out;
   // every captured batch size keeps its graph's activations (its own memory pool).
   bool cuda_graph = false;
+};
+
+// How deploy::quantize_e4m3 (engine_fp8.hpp) calibrates each convolution's input scale on real
+// batches: the largest |x| seen, or the given percentile of |x| (a sample of up to 2^20 values per
+// batch and convolution).
+struct QuantizeOptions {
+  Calibrator calibrator = Calibrator::max;
+  double percentile = 99.99;  // Calibrator::percentile
+  bool per_channel = true;    // w's scale per output channel; false: one per tensor (a scalar descale)
+  // Each convolution is timed in both precisions at the first batch's size, and stays in the
+  // engine's E where e4m3 is not faster (TensorRT's per-layer choice); false: e4m3 wherever
+  // cuDNN has an engine for it.
+  bool keep_faster = true;
 };
 
 namespace detail {
@@ -83,7 +101,16 @@ class Engine {
  public:
   // y for x of the example shape's dims but the batch, which is within the compiled range.
   Tensor<E> operator()(const Tensor<E>& x) const {
-    constexpr std::string_view op = "deploy::Engine";
+    check_input("deploy::Engine", x);
+#ifdef CUTRAIN_WITH_CUDA
+    if (replays_) return replay(x);
+#endif
+    return forward(x);
+  }
+
+  // x fits the engine's input (its dims but the batch, a batch in the compiled range, the engine's
+  // device); else InvalidArgument or DeviceError from op.
+  void check_input(std::string_view op, const Tensor<E>& x) const {
     check::defined(op, x, "x");
     const Shape& want = plan_.shapes[0];
     bool ok = x.rank() == want.rank() && x.dim(0) >= opt_.min_batch && x.dim(0) <= want[0];
@@ -92,15 +119,13 @@ class Engine {
                     " with a batch of ", opt_.min_batch, " to ", want[0]);
     CUTRAIN_REQUIRE(x.device() == opt_.device, DeviceError, op, "x ", x.describe(), " is not on the engine's device ",
                     opt_.device);
-#ifdef CUTRAIN_WITH_CUDA
-    if (replays_) return replay(x);
-#endif
-    return forward(x);
   }
 
   const Plan<E>& plan() const { return plan_; }
   const MemoryPlan& memory() const { return memory_; }
   const CompileOptions& options() const { return opt_; }
+  // How the engine was calibrated for 8-bit convolutions (deploy::quantize_e4m3); none: it was not.
+  const std::optional<QuantizeOptions>& quantized() const { return quantized_; }
 
   // The batch sizes captured as CUDA graphs so far (cuda_graph), with each graph's node count.
   std::vector<std::pair<std::int64_t, std::size_t>> captured() const {
@@ -122,7 +147,23 @@ class Engine {
       r += cutrain::detail::cat(i, ": ", to_string(s.kind), " ", plan_.shapes[static_cast<std::size_t>(s.out)], " (",
                                 to_string(s.kind), " ", s.module);
       for (const auto& m : s.merged) r += " + " + m;
-      r += ")\n";
+      r += ")";
+      if (quantized_ && s.kind == StepKind::conv) {
+        const auto ms = [](float t) { return t < 0 ? std::string("not timed") : cutrain::detail::cat(t, " ms"); };
+        r += s.x_scale > 0 ? cutrain::detail::cat(" [e4m3, x scale ", s.x_scale, ": ", ms(s.e4m3_ms), "; ", dtype_of<E>, " ",
+                                                  ms(s.base_ms), "]")
+             : s.e4m3_ms < 0 ? cutrain::detail::cat(" [", dtype_of<E>, ": no e4m3 engine]")
+                             : cutrain::detail::cat(" [", dtype_of<E>, ": ", ms(s.base_ms), "; e4m3 ", ms(s.e4m3_ms), "]");
+      }
+      r += "\n";
+    }
+    if (quantized_) {
+      int convs = 0, eight = 0;
+      for (const auto& s : plan_.steps) convs += s.kind == StepKind::conv, eight += s.x_scale > 0;
+      r += cutrain::detail::cat("8-bit: ", eight, " of ", convs, " convolutions in e4m3 (", quantized_->calibrator,
+                                quantized_->calibrator == Calibrator::percentile ? cutrain::detail::cat(" ", quantized_->percentile) : "",
+                                " calibration, w scales per ", quantized_->per_channel ? "channel" : "tensor",
+                                quantized_->keep_faster ? ", where faster" : "", "); the other steps in ", dtype_of<E>, "\n");
     }
     for (const auto& m : plan_.removed) r += "removed: " + m + "\n";
     r += cutrain::detail::cat("activations at batch ", plan_.shapes[0][0], ": ", memory_.arena, " bytes planned, ",
@@ -138,6 +179,8 @@ class Engine {
   friend Engine<F> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o);
   template <class F>
   friend Engine<F> load_engine(const std::filesystem::path& path, std::optional<Device> device);  // engine_file.hpp
+  template <class F>
+  friend struct Quantizer;  // engine_fp8.hpp
 
   // The engine of a plan whose weights are in E on o.device, laid out for it (compile makes
   // them): the residual convolutions' fusion graphs, the memory plan, the
@@ -166,12 +209,15 @@ class Engine {
 #endif
   }
 
-  // The plan's steps on x, each activation released after its last reader.
-  Tensor<E> forward(const Tensor<E>& x) const {
+  // The plan's steps on x, each activation released after its last reader; observe (if given)
+  // sees each step's index and the values before it runs (the 8-bit calibration).
+  template <class Observe = std::nullptr_t>
+  Tensor<E> forward(const Tensor<E>& x, const Observe& observe = nullptr) const {
     std::vector<Tensor<E>> v(plan_.shapes.size());
     v[0] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.view();
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
       const auto& s = plan_.steps[i];
+      if constexpr (!std::is_same_v<Observe, std::nullptr_t>) observe(i, std::as_const(v));
       v[static_cast<std::size_t>(s.out)] = run(i, v);
       for (const int u : {s.in, s.in2})  // released after its last reader
         if (u >= 0 && u != plan_.output && memory_.life[static_cast<std::size_t>(u)].second == static_cast<int>(i))
@@ -237,6 +283,23 @@ class Engine {
     const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
     switch (s.kind) {
       case StepKind::conv:
+#ifdef CUTRAIN_WITH_CUDA
+        if constexpr (std::same_as<E, bfloat16> || std::same_as<E, half>)
+          if (s.x_scale > 0) {  // e4m3 x and w; where cuDNN has no engine at this batch, the step in E below
+            Tensor<std::uint8_t> xq(x.shape(), {.layout = Layout::nhwc, .device = x.device()});
+            {
+              profile::OpScope timed("cast_e4m3 (quantize)", x.device());
+              cuda::kernels::quantize_e4m3(x, s.x_scale, xq);
+            }
+            Tensor<E> y(conv2d_output_shape(x.shape(), s.w.shape(), s.conv, "deploy::Engine"),
+                        {.layout = Layout::nhwc, .device = x.device()});
+            const Tensor<E> none;
+            profile::OpScope timed("conv2d_fp8_forward", x.device());
+            if (cuda::cudnn::conv2d_fp8_forward(xq, s.wq, s.descale, s.b, s.in2 >= 0 ? v[static_cast<std::size_t>(s.in2)] : none,
+                                                s.conv, s.act, y))
+              return y;
+          }
+#endif
         if (s.in2 >= 0 && fused_[i]) return std::move((*fused_[i])(x, s.w, s.b, v[static_cast<std::size_t>(s.in2)])[0]);
         if (s.in2 >= 0) {  // the CPU: act(conv + bias + residual) in three passes
           Tensor<E> y = ops::binary(BinaryOp::add, ops::conv2d_forward(x, s.w, s.b.reshape({s.w.dim(0)}), s.conv),
@@ -266,6 +329,7 @@ class Engine {
   MemoryPlan memory_;
   CompileOptions opt_;
   std::vector<std::shared_ptr<const ops::Fusion>> fused_;  // per step: the conv + bias + residual (+ act) graph
+  std::optional<QuantizeOptions> quantized_;
 };
 
 // Compiles model (read in eval mode: running statistics, no dropout) for inputs of

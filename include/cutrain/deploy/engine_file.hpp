@@ -17,6 +17,7 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -29,6 +30,7 @@
 #include "cutrain/core/safetensors.hpp"
 #include "cutrain/cuda/autotune/cache.hpp"
 #include "cutrain/deploy/engine.hpp"
+#include "cutrain/deploy/engine_fp8.hpp"
 #include "cutrain/version.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
@@ -213,6 +215,12 @@ void save_engine(const Engine<E>& engine, const std::filesystem::path& path) {
                                          {"merged", s.merged}});
     if (s.w.defined()) weights.emplace(cutrain::detail::cat("step", i, ".w"), s.w.view());
     if (s.b.defined()) weights.emplace(cutrain::detail::cat("step", i, ".b"), s.b.view());
+    if (s.e4m3_ms >= 0) j["timed"] = json::Value::array({static_cast<double>(s.e4m3_ms), static_cast<double>(s.base_ms)});
+    if (s.x_scale > 0) {  // 8-bit: the scales, and w in e4m3 (descale follows from them)
+      j["x_scale"] = static_cast<double>(s.x_scale);
+      j["w_scale"] = std::vector<double>(s.w_scale.begin(), s.w_scale.end());
+      weights.emplace(cutrain::detail::cat("step", i, ".wq"), s.wq.view());
+    }
     steps.push_back(std::move(j));
   }
   json::Value shapes = json::Value::array();
@@ -225,6 +233,11 @@ void save_engine(const Engine<E>& engine, const std::filesystem::path& path) {
                                           {"min_batch", o.min_batch},
                                           {"fuse", o.fuse},
                                           {"cuda_graph", o.cuda_graph}});
+  if (const auto& q = engine.quantized())
+    plan["quantized"] = json::Value::object({{"calibrator", std::string(to_string(q->calibrator))},
+                                             {"percentile", q->percentile},
+                                             {"per_channel", q->per_channel},
+                                             {"keep_faster", q->keep_faster}});
   json::Value env = json::Value::object();
   for (const auto& [k, v] : detail::engine_environment(o.device)) env[k] = v;
   json::Value tuned = json::Value::array();
@@ -292,6 +305,7 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
                      .fuse = json::as_bool(json::at(plan, "fuse")),
                      .cuda_graph = json::as_bool(json::at(plan, "cuda_graph"))};
     Plan<E> p;
+    std::optional<QuantizeOptions> quantized;
     for (const auto& s : json::as_array(json::at(plan, "shapes"))) p.shapes.push_back(detail::shape_from_json(s));
     for (const auto& r : json::as_array(json::at(plan, "removed"))) p.removed.push_back(json::as_string(r));
     const auto n = static_cast<int>(p.shapes.size());
@@ -300,6 +314,30 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
     std::vector<bool> written(static_cast<std::size_t>(n), false);
     written[0] = true;
     std::size_t tensors_read = 0;
+    // An 8-bit conv's scales and e4m3 weights (engine_fp8.hpp), checked as quantize_e4m3 makes them.
+    const auto read_8bit = [&](Step<E>& s, const json::Value& xs, const json::Value& ws, std::size_t i) {
+      s.x_scale = static_cast<float>(json::as_double(xs));
+      CUTRAIN_REQUIRE(s.kind == StepKind::conv && d.is_cuda() && o.layout == Layout::nhwc &&
+                          (std::same_as<E, bfloat16> || std::same_as<E, half>),
+                      InvalidArgument, op, "an e4m3 step needs a conv in a GPU engine in bf16 or f16, nhwc");
+      const auto k = static_cast<std::int64_t>(ws.is_array() ? ws.size() : 0);  // per channel, or 1 per tensor
+      CUTRAIN_REQUIRE(std::isfinite(s.x_scale) && s.x_scale > 0 && (k == s.w.dim(0) || k == 1), InvalidArgument, op,
+                      "its x_scale ", s.x_scale, " or its ", k, " w_scale values are not valid");
+      Tensor<float> dsc(Shape{1, k, 1, 1});
+      for (std::int64_t c = 0; c < k; ++c) {
+        const float w = static_cast<float>(json::as_double(ws[static_cast<std::size_t>(c)]));
+        CUTRAIN_REQUIRE(std::isfinite(w) && w > 0, InvalidArgument, op, "w_scale[", c, "] is ", w);
+        s.w_scale.push_back(w);
+        dsc.data()[c] = s.x_scale * w;
+      }
+      const std::string name = cutrain::detail::cat("step", i, ".wq");
+      const auto it = file.tensors.find(name);
+      CUTRAIN_REQUIRE(it != file.tensors.end() && it->second.dtype() == DType::u8 && it->second.shape() == s.w.shape(),
+                      InvalidArgument, op, "tensor ", name, " is missing or not u8 of w's shape ", s.w.shape());
+      ++tensors_read;
+      s.wq = it->second.template get<std::uint8_t>().contiguous(Layout::nhwc).to(d);
+      s.descale = dsc.to(d);
+    };
     const auto& steps = json::as_array(json::at(plan, "steps"));
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const auto& j = steps[i];
@@ -333,6 +371,12 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
         const Shape y = detail::step_output(s, p.shapes);
         CUTRAIN_REQUIRE(y == p.shapes[static_cast<std::size_t>(s.out)], InvalidArgument, op, "it writes ", y,
                         ", the plan says ", p.shapes[static_cast<std::size_t>(s.out)]);
+        if (const auto* xs = json::find(j, "x_scale")) read_8bit(s, *xs, json::at(j, "w_scale"), i);
+        if (const auto* t = json::find(j, "timed")) {
+          CUTRAIN_REQUIRE(t->is_array() && t->size() == 2, InvalidArgument, op, "its timings are not two numbers");
+          s.e4m3_ms = static_cast<float>(json::as_double((*t)[0]));
+          s.base_ms = static_cast<float>(json::as_double((*t)[1]));
+        }
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(std::string(op), cutrain::detail::cat("step ", i, s.module.empty() ? "" : " (module ",
                                                                     s.module, s.module.empty() ? "" : ")", ": ", e.what()));
@@ -345,6 +389,14 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
     CUTRAIN_REQUIRE(p.output >= 0 && p.output < n && written[static_cast<std::size_t>(p.output)] &&
                         (p.output > 0 || p.steps.empty()),
                     InvalidArgument, op, "the output value ", p.output, " is no step's output");
+    if (const auto* q = json::find(plan, "quantized")) {
+      const std::string c = json::as_string(json::at(*q, "calibrator"));
+      CUTRAIN_REQUIRE(c == "max" || c == "percentile", InvalidArgument, op, "calibrator \"", c, "\" is unknown");
+      quantized = QuantizeOptions{.calibrator = c == "max" ? Calibrator::max : Calibrator::percentile,
+                                  .percentile = json::as_double(json::at(*q, "percentile")),
+                                  .per_channel = json::as_bool(json::at(*q, "per_channel")),
+                                  .keep_faster = json::as_bool(json::at(*q, "keep_faster"))};
+    }
 #ifdef CUTRAIN_WITH_CUDA
     if (d.is_cuda()) {  // the tuner's choices, where this process has none of its own for the key
       const json::Value tuned = parsed("autotune");
@@ -356,7 +408,9 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
       }
     }
 #endif
-    return Engine<E>(std::move(p), o);
+    Engine<E> e(std::move(p), o);
+    e.quantized_ = quantized;
+    return e;
   } catch (const InvalidArgument& e) {
     throw IoError(std::string(op), cutrain::detail::cat(path.string(), ": the engine does not add up: ", e.what()));
   }

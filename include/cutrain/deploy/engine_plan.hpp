@@ -48,6 +48,16 @@ struct Step {
   std::string module{};               // the module it came from: "3", "3.conv1"
   std::vector<std::string> merged{};  // what was fused into it: "batch_norm 3.bn1 (folded)", "add", "relu"
   std::vector<double> scale{}, shift{};  // scale_shift: w and b in double, for folding
+  // 8-bit (deploy::quantize_e4m3, engine_fp8.hpp), a conv on the GPU: x's e4m3 scale (0: the step
+  // runs in T); w's scale per output channel; w / w_scale[k] in e4m3 (device, the engine's
+  // layout); descale = x_scale * w_scale[k] as [1, K, 1, 1] f32 (device).
+  float x_scale = 0;
+  std::vector<float> w_scale{};
+  Tensor<std::uint8_t> wq{};
+  Tensor<float> descale{};
+  // quantize_e4m3's timing of the step at the first calibration batch, in ms: in e4m3 (quantize
+  // and convolution) and in T; -1: not timed.
+  float e4m3_ms = -1, base_ms = -1;
 };
 
 template <class T>

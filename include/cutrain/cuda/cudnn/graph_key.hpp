@@ -36,12 +36,14 @@ enum class GraphOp : std::uint8_t {
   rms_norm_forward,
   rms_norm_backward,
   fusion,  // a user's fusion graph (core/fusion.hpp)
+  conv_fprop_fp8,  // the deploy engine's e4m3 convolution (conv_fp8.hpp)
 };
 
 // What the autotuner needs to know of an op: convolutions are tuned by default.
 constexpr autotune::GraphFamily family(GraphOp op) {
   switch (op) {
     case GraphOp::conv_fprop: case GraphOp::conv_dgrad: case GraphOp::conv_wgrad: case GraphOp::conv_dgrad_bias:
+    case GraphOp::conv_fprop_fp8:
       return autotune::GraphFamily::convolution;
     case GraphOp::activation_forward: case GraphOp::activation_backward:
       return autotune::GraphFamily::pointwise;

@@ -24,6 +24,7 @@
 #include "cutrain/cuda/kernels/pool2d_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_dilated_cuh.hpp"
 #include "cutrain/cuda/kernels/program.hpp"
+#include "cutrain/cuda/kernels/quantize_cuh.hpp"
 #include "cutrain/cuda/kernels/reduce_cuh.hpp"
 #include "cutrain/cuda/kernels/softmax_cuh.hpp"
 
@@ -172,6 +173,11 @@ inline Program index(std::string_view t) {
                        "cutrain_gather_backward", "cutrain_index_check"});
 }
 
+// x / scale as FP8 e4m3 bytes (core/fp8.hpp's rounding), for the deploy engine's 8-bit convolutions.
+inline Program quantize(std::string_view t) {
+  return make_program("quantize", source::quantize, {{"T", t}}, {"cutrain_quantize_e4m3"});
+}
+
 }  // namespace programs
 
 // Every instantiation the CUDA backend can load: what the NVRTC compile test builds.
@@ -192,6 +198,7 @@ inline std::vector<Program> all_programs() {
     all.push_back(programs::activation(t));
     all.push_back(programs::batch_norm_train(t));
     all.push_back(programs::index(t));
+    all.push_back(programs::quantize(t));
     for (std::string_view u : device_types) all.push_back(programs::cast(t, u));
   }
   return all;
