@@ -69,7 +69,7 @@ TEST_CASE("the kernel programs cover every dtype instantiation once") {
   // (by element size, not dtype).
   const std::vector<std::string> per_dtype = {"elementwise", "dropout", "cross_entropy", "bias_grad", "optim",
                                               "pool2d", "batch_norm_inference", "softmax", "reduce", "activation",
-                                              "batch_norm_train", "index", "broadcast", "pool2d_dilated"};
+                                              "batch_norm_train", "index", "broadcast", "pool2d_dilated", "quantize"};
   CHECK(programs.size() == 1 + 3 * per_dtype.size() + 3 * 3);
   std::set<std::string> names;
   for (const auto& p : programs) names.insert(p.name);
