@@ -10,6 +10,7 @@
 //            [--heads N] [--dim N] [--lr X] [--min-lr X] [--warmup N] [--eval-every N]
 //            [--eval-batches N] [--seed N] [--precision f32|bf16] [--checkpoint FILE] [--resume]
 //            [--stop-after N] [--sample N] [--temperature X] [--top-k N] [--out FILE] [--cuda-graphs]
+//            [--export FILE.onnx]
 //
 // On the GPU the defaults are the ~10.8M-parameter model (6 layers, 6 heads, dim 384, context
 // 256, batch 64, 3000 steps, bf16); on the CPU a tiny one that trains in minutes on 2 cores
@@ -20,6 +21,9 @@
 // The last lines: generated text, then "final val loss L, bpc B, median step M ms, T tokens/s".
 // --cuda-graphs (GPU) runs the first step eagerly, captures the whole step (forward, backward,
 // clipping on the device, both AdamW updates) as a CUDA graph and replays it for the others.
+// --export FILE.onnx writes the trained model as ONNX (deploy::export_onnx; tokens [1, context]
+// -> logits [context, vocab], f32) and beside it FILE_input.npy, one validation window, and
+// FILE_expected.npy, cutrain's f32 CPU logits for it, to check the file in another runtime.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -40,6 +45,7 @@
 
 #include "cutrain/cutrain.hpp"
 #include "cutrain/data/text.hpp"
+#include "cutrain/deploy/onnx_gpt.hpp"
 #include "cutrain/nn.hpp"
 #include "cutrain/optim/adamw.hpp"
 
@@ -50,7 +56,7 @@ using autograd::Var;
 namespace {
 
 struct Args {
-  std::string corpus, device, checkpoint, out, precision;
+  std::string corpus, device, checkpoint, out, precision, export_path;
   std::int64_t steps = 0, batch = 0, context = 0, layers = 0, heads = 0, dim = 0;
   std::int64_t warmup = 100, eval_every = 0, eval_batches = 0, sample = 400, top_k = 10, stop_after = 0;
   double lr = 1e-3, min_lr = 1e-4, temperature = 0.8;
@@ -65,6 +71,7 @@ struct Args {
             << "                [--eval-every N] [--eval-batches N] [--seed N] [--precision f32|bf16]\n"
             << "                [--checkpoint FILE] [--resume] [--stop-after N] [--sample N]\n"
             << "                [--temperature X] [--top-k N] [--out FILE] [--cuda-graphs]\n"
+            << "                [--export FILE.onnx]\n"
             << "  (scripts/char-corpus FILE writes the fortunes corpus)\n";
   std::exit(2);
 }
@@ -123,6 +130,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--temperature") a.temperature = real();
     else if (f == "--top-k") a.top_k = num();
     else if (f == "--out") a.out = value();
+    else if (f == "--export") a.export_path = value();
     else if (f == "--help" || f == "-h") usage("trains a character-level GPT");
     else usage("unknown flag " + f);
   }
@@ -237,6 +245,31 @@ void sync([[maybe_unused]] Device dev) {
 // Copies one loss value into slot k of losses, in stream order (no host read per step).
 void record_loss(Tensor<float>& losses, std::int64_t k, const Tensor<float>& loss) {
   copy_bytes(losses.data() + k, losses.device(), loss.data(), loss.device(), sizeof(float));
+}
+
+// --export: the trained weights copied into a CPU model, written as ONNX with tokens [1, context],
+// with one validation window and the copy's f32 logits for it beside the file.
+void export_model(nn::GPT<float>& gpt, const data::CharCorpus& corpus, const Args& a) {
+  nn::GPT<float> host(gpt.options());
+  const std::vector<Var<float>> from = gpt.parameters(), to = host.parameters();
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    Var<float> p = to[i];
+    p.value().assign(from[i].value().to_vector());
+  }
+  host.eval();
+  autograd::NoGradGuard no_grad;
+  const auto window = std::move(corpus.eval_batches(data::Split::val, 1, a.context, 1)[0].x);
+  const auto y = host(window);
+  const std::filesystem::path path = a.export_path;
+  const auto info = deploy::export_onnx(host, path, Shape{1, a.context});
+  std::filesystem::path stem = path;
+  stem.replace_extension();
+  save_npy(stem.string() + "_input.npy", window);
+  save_npy(stem.string() + "_expected.npy", y.value());
+  std::printf("exported %s: %zu ONNX nodes, tokens [1, %lld] -> logits %s; %s_{input,expected}.npy: a validation "
+              "window and cutrain's logits for it\n",
+              path.string().c_str(), info.op_types.size(), static_cast<long long>(a.context),
+              cutrain::detail::cat(info.output_shape).c_str(), stem.string().c_str());
 }
 
 }  // namespace
@@ -388,6 +421,7 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (!args.export_path.empty()) export_model(gpt, corpus, args);
     Rng gen(args.seed + 1);
     std::printf("--- generated (temperature %.2f, top-k %lld) ---\n%s\n---\n", args.temperature,
                 static_cast<long long>(args.top_k), generate(gpt, corpus, args, dev, "\n", gen).c_str());

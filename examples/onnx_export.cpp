@@ -3,29 +3,38 @@
 // CPU forward of it in eval mode, for tests/onnx_check.py to compare against ONNX Runtime.
 //
 // Also a model of every activation and pool, and one of the norms (layer norm and RMS norm over
-// the last dim and over [C, H, W]) and a softmax.
+// the last dim and over [C, H, W]) and a softmax, and a small nn::GPT on int32 tokens.
 //
-//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar,activations,norms}{.onnx,_input.npy,_expected.npy}
+//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar,activations,norms,gpt}{.onnx,_input.npy,_expected.npy}
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cutrain/cpu.hpp"
 #include "cutrain/deploy/onnx.hpp"
+#include "cutrain/deploy/onnx_gpt.hpp"
 #include "cutrain/nn.hpp"
 
 using namespace cutrain;
 
 namespace {
 
-// Norms' scales and statistics, and every bias, away from their 1/0 defaults.
-void randomize_norms(nn::Sequential<float>& net, Rng& rng) {
+// Norms' scales, and every bias, away from their 1/0 defaults.
+template <class Model>
+void randomize_scales_and_biases(Model& net, Rng& rng) {
   net.visit_params("", [&](const std::string& name, autograd::Var<float>& p) {
     if (p.shape().rank() != 1 && p.shape().rank() != 3) return;  // conv and linear weights keep their init
     const bool gamma = name.ends_with("weight");
     p.value().assign(Tensor<float>::uniform(p.shape(), rng, gamma ? 0.5 : -0.2, gamma ? 1.5 : 0.2).to_vector());
   });
+}
+
+// ... and the batch norms' statistics.
+void randomize_norms(nn::Sequential<float>& net, Rng& rng) {
+  randomize_scales_and_biases(net, rng);
   net.visit_buffers("", [&](const std::string& name, Tensor<float>& t) {
     const bool var = name.ends_with("running_var");
     t.assign(Tensor<float>::uniform(t.shape(), rng, var ? 0.5 : -0.3, var ? 1.5 : 0.3).to_vector());
@@ -43,6 +52,24 @@ void export_one(const std::string& name, nn::Sequential<float> net, const Shape&
   save_npy(dir / (name + "_input.npy"), x);
   save_npy(dir / (name + "_expected.npy"), y);
   std::printf("%s: %zu nodes, %zu initializers, output %s\n", name.c_str(), info.op_types.size(), info.initializers,
+              cutrain::detail::cat(info.output_shape).c_str());
+}
+
+// A small GPT (attention dropout on in training, so that eval mode must turn it off), on tokens
+// shorter than its context.
+void export_gpt(const std::filesystem::path& dir, Rng& rng) {
+  nn::GPT<float> gpt({.vocab = 37, .context = 16, .dim = 32, .heads = 4, .layers = 2, .attn_dropout = 0.3, .seed = 11});
+  randomize_scales_and_biases(gpt, rng);
+  gpt.eval();
+  const Shape shape{3, 12};
+  std::vector<std::int32_t> ids;
+  for (std::int64_t i = 0; i < shape.numel(); ++i) ids.push_back(static_cast<std::int32_t>(rng.below(37)));
+  const auto tokens = Tensor<std::int32_t>::from_vector(ids, shape);
+  const auto logits = gpt(tokens);
+  const auto info = deploy::export_onnx(gpt, dir / "gpt.onnx", shape);
+  save_npy(dir / "gpt_input.npy", tokens);
+  save_npy(dir / "gpt_expected.npy", logits.value());
+  std::printf("gpt: %zu nodes, %zu initializers, output %s\n", info.op_types.size(), info.initializers,
               cutrain::detail::cat(info.output_shape).c_str());
 }
 
@@ -82,6 +109,7 @@ int main(int argc, char** argv) try {
                                    nn::Activation({.kind = A::silu}), nn::Linear<float>({.in = 12, .out = 6}, rng),
                                    nn::Softmax{}},
              Shape{3, 3, 6, 5}, dir, rng);
+  export_gpt(dir, rng);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "onnx_export: %s\n", e.what());

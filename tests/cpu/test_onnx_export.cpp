@@ -4,6 +4,8 @@
 // examples/onnx_export.cpp with tests/onnx_check.py (CTest onnx_export_check).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include "bad_input.hpp"
 #include "cutrain/cpu.hpp"
 #include "cutrain/deploy/onnx.hpp"
+#include "cutrain/deploy/onnx_gpt.hpp"
 #include "cutrain/nn.hpp"
 #include "temp_dir.hpp"
 
@@ -112,11 +115,14 @@ struct Parsed {
   std::vector<std::string> ops;
   std::map<std::string, Message> initializers;
   std::vector<std::int64_t> input_dims, output_dims;
+  std::int64_t input_type = 0;
 };
 
-std::vector<std::int64_t> value_dims(const std::string& value_info) {
+std::int64_t value_type(const std::string& value_info) { return parse(parse(parse(value_info).one(2)).one(1)).one_int(1); }
+
+std::vector<std::int64_t> value_dims(const std::string& value_info, std::int64_t elem_type = 1 /* float */) {
   const Message tensor = parse(parse(parse(value_info).one(2)).one(1));
-  CHECK(tensor.one_int(1) == 1);  // float
+  CHECK(tensor.one_int(1) == elem_type);
   std::vector<std::int64_t> dims;
   for (const auto& d : parse(tensor.one(2)).all(1)) dims.push_back(parse(d).one_int(1));
   return dims;
@@ -131,7 +137,8 @@ Parsed read_model(const std::filesystem::path& p) {
     const Message m = parse(t);
     r.initializers.emplace(m.one(8), m);
   }
-  r.input_dims = value_dims(r.graph.one(11));
+  r.input_type = value_type(r.graph.one(11));
+  r.input_dims = value_dims(r.graph.one(11), r.input_type);
   r.output_dims = value_dims(r.graph.one(12));
   return r;
 }
@@ -310,9 +317,55 @@ struct Twice {
 };
 }  // namespace
 
+TEST_CASE("export_onnx: nn::GPT on int32 tokens", "[onnx]") {
+  TempDir dir("onnx_gpt");
+  nn::GPT<float> gpt({.vocab = 11, .context = 8, .dim = 16, .heads = 2, .layers = 2, .seed = 3});
+  const auto info = deploy::export_onnx(gpt, dir / "gpt.onnx", Shape{2, 5});
+  const Parsed m = read_model(dir / "gpt.onnx");
+  CHECK(m.ops == info.op_types);
+  CHECK(m.input_type == 6);  // int32
+  CHECK(m.input_dims == std::vector<std::int64_t>{2, 5});
+  CHECK(m.output_dims == std::vector<std::int64_t>{10, 11});
+  CHECK(info.output_shape == Shape{10, 11});
+  CHECK(parse(m.graph.one(11)).one(1) == "tokens");
+  CHECK(parse(m.graph.one(12)).one(1) == "logits");
+  const auto count = [&](const std::string& op) { return std::count(m.ops.begin(), m.ops.end(), op); };
+  CHECK(count("LayerNormalization") == 5);  // two per block and ln_f
+  CHECK(count("Softmax") == 2);
+  CHECK(count("Gather") == 2 + 3 * 2);  // the embeddings, then q, k and v per block
+  CHECK(count("Gemm") == 4 * 2 + 1);    // qkv, proj, fc1, fc2 per block and the tied head
+  CHECK(m.ops.front() == "Gather");
+  CHECK(m.ops.back() == "Gemm");
+
+  // The tied head reads the token embedding: one initializer, named as in visit_params.
+  CHECK(m.initializers.at("wte.weight").one(9) == proto::raw_floats(gpt.wte.weight.value().to_vector()));
+  CHECK(m.initializers.at("h.1.attn.qkv.weight").all_ints(1) == std::vector<std::int64_t>{48, 16});
+  CHECK(m.initializers.count("h.0.fc2.bias") == 1);
+  CHECK(m.initializers.count("ln_f.weight") == 1);
+  // Positions 0..4 (int64), and the causal mask: -inf above the diagonal of [5, 5].
+  const Message& mask = m.initializers.at("causal_mask");
+  CHECK(mask.all_ints(1) == std::vector<std::int64_t>{5, 5});
+  std::vector<float> want_mask(25, 0.0f);
+  for (int i = 0; i < 5; ++i)
+    for (int j = i + 1; j < 5; ++j) want_mask[static_cast<std::size_t>(i * 5 + j)] = -INFINITY;
+  CHECK(mask.one(9) == proto::raw_floats(want_mask));
+  const std::vector<std::int64_t> pos{0, 1, 2, 3, 4};
+  bool found_positions = false;
+  for (const auto& [name, t] : m.initializers)
+    found_positions |= t.one_int(2) == 7 && t.one(9) == proto::raw_int64s(pos);
+  CHECK(found_positions);
+
+  // A non-causal model has no mask.
+  nn::GPT<float> plain({.vocab = 11, .context = 8, .dim = 16, .heads = 2, .layers = 1, .seed = 3});
+  for (auto& b : plain.blocks) b.attn = nn::MultiheadAttention<float>({.dim = 16, .heads = 2, .causal = false});
+  deploy::export_onnx(plain, dir / "plain.onnx", Shape{1, 8});
+  CHECK(read_model(dir / "plain.onnx").initializers.count("causal_mask") == 0);
+}
+
 TEST_CASE("export_onnx: bad input", "[onnx][bad_input]") {
   TempDir dir("onnx_bad");
   const auto file = dir / "bad.onnx";
+  const nn::GPT<float> gpt({.vocab = 11, .context = 8, .dim = 16, .heads = 2, .layers = 1});
   test::run_cases({
       bad<InvalidArgument>("empty model", "deploy::export_onnx", {"no modules"},
                            [&] { deploy::export_onnx(nn::Sequential<float>{}, file, Shape{1, 1, 4, 4}); }),
@@ -362,6 +415,12 @@ TEST_CASE("export_onnx: bad input", "[onnx][bad_input]") {
                             nn::Sequential<float> n{nn::Linear<float>({.in = 4, .out = 2})};
                             deploy::export_onnx(n, file, Shape{2, 3, 4, 1});
                           }),
+      bad<InvalidArgument>("GPT tokens longer than the context", "deploy::export_onnx", {"context 8", "[2,9]"},
+                           [&] { deploy::export_onnx(gpt, file, Shape{2, 9}); }),
+      bad<InvalidArgument>("GPT tokens of rank 3", "deploy::export_onnx", {"tokens [B, S]", "[1,2,3]"},
+                           [&] { deploy::export_onnx(gpt, file, Shape{1, 2, 3}); }),
+      bad<InvalidArgument>("GPT batch 0", "deploy::export_onnx", {"B >= 1", "[0,4]"},
+                           [&] { deploy::export_onnx(gpt, file, Shape{0, 4}); }),
   });
   CHECK(!std::filesystem::exists(file));
 }

@@ -94,6 +94,8 @@ class Lowering {
                                               ", which has no ONNX export (see docs/deploy.md for the modules that do)"));
   }
 
+  // The lowering of each module, public for the exporters of other model types (onnx_gpt.hpp).
+ public:
   static void require_rank(const Value& x, int rank, std::string_view what, std::size_t i) {
     CUTRAIN_REQUIRE(x.shape.rank() == rank, InvalidArgument, export_op, "module ", i, " (", what, ") needs a ", rank,
                     "-d input, got ", x.shape);
@@ -237,6 +239,8 @@ class Lowering {
     return {g_.node("AveragePool", {x.name}, attrs), y};
   }
 
+
+ private:
   OnnxGraph& g_;
 };
 

@@ -54,6 +54,19 @@ class OnnxGraph {
     ++initializer_count_;
     return name;
   }
+  // An int64 initializer (shapes for Reshape, indices for Gather); returns its name.
+  std::string int64_initializer(const Shape& shape, const std::vector<std::int64_t>& data) {
+    namespace f = proto::field::tensor;
+    const std::string name = "const_i" + std::to_string(int64_count_++);
+    proto::Writer t;
+    t.ints_field(f::dims, dims_of(shape));
+    t.int_field(f::data_type, proto::data_type_int64);
+    t.string_field(f::name, name);
+    t.bytes_field(f::raw_data, proto::raw_int64s(data));
+    initializers_.push_back(std::move(t));
+    ++initializer_count_;
+    return name;
+  }
   // A scalar constant (one initializer per distinct value).
   std::string scalar(float v) {
     const auto it = scalars_.find(v);
@@ -79,7 +92,9 @@ class OnnxGraph {
     }
   }
 
-  void input(const std::string& name, const Shape& shape) { inputs_.push_back(value_info(name, shape)); }
+  void input(const std::string& name, const Shape& shape, std::int64_t elem_type = proto::data_type_float) {
+    inputs_.push_back(value_info(name, shape, elem_type));
+  }
   void output(const std::string& name, const Shape& shape) { outputs_.push_back(value_info(name, shape)); }
 
   std::vector<std::string> op_types() const {
@@ -141,7 +156,8 @@ class OnnxGraph {
     w.int_field(f::type, static_cast<std::int64_t>(a.type));
     return w;
   }
-  static proto::Writer value_info(const std::string& name, const Shape& shape) {
+  static proto::Writer value_info(const std::string& name, const Shape& shape,
+                                  std::int64_t elem_type = proto::data_type_float) {
     namespace t = proto::field::type_proto;
     proto::Writer dims;
     for (int i = 0; i < shape.rank(); ++i) {
@@ -150,7 +166,7 @@ class OnnxGraph {
       dims.message(t::dim, d);
     }
     proto::Writer tensor;
-    tensor.int_field(t::elem_type, proto::data_type_float);
+    tensor.int_field(t::elem_type, elem_type);
     tensor.message(t::shape, dims);
     proto::Writer type;
     type.message(t::tensor_type, tensor);
@@ -163,7 +179,7 @@ class OnnxGraph {
   std::vector<Node> nodes_;
   std::vector<proto::Writer> initializers_, inputs_, outputs_;
   std::map<float, std::string> scalars_;
-  std::size_t initializer_count_ = 0;
+  std::size_t initializer_count_ = 0, int64_count_ = 0;
 };
 
 }  // namespace cutrain::inline CUTRAIN_ABI::deploy::detail

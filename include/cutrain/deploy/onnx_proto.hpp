@@ -91,6 +91,16 @@ inline std::string raw_floats(std::span<const float> v) {
   return out;
 }
 
+// int64s as little-endian bytes, for TensorProto.raw_data.
+inline std::string raw_int64s(std::span<const std::int64_t> v) {
+  std::string out(v.size() * 8, '\0');
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto b = static_cast<std::uint64_t>(v[i]);
+    for (int k = 0; k < 8; ++k) out[i * 8 + k] = static_cast<char>((b >> (8 * k)) & 0xff);
+  }
+  return out;
+}
+
 // The field numbers of onnx.proto used by the exporter.
 namespace field {
 namespace model {
@@ -125,7 +135,7 @@ inline constexpr std::uint32_t dim_value = 1;        // TensorShapeProto.Dimensi
 
 // AttributeProto.AttributeType and TensorProto.DataType values.
 enum class AttributeType : std::int64_t { floating = 1, integer = 2, string = 3, floats = 6, ints = 7 };
-inline constexpr std::int64_t data_type_float = 1;
+inline constexpr std::int64_t data_type_float = 1, data_type_int32 = 6, data_type_int64 = 7;
 // IR version 8 is the one that goes with opset 17 (onnx 1.12).
 inline constexpr std::int64_t ir_version = 8;
 
