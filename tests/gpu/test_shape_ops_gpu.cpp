@@ -162,6 +162,18 @@ TEST_CASE("gpu shape ops: an embedding-sized lookup and its backward", "[gpu][sh
   check_close("embedding backward", dw, ops::index_select_backward(dyr, wr.shape(), 0, tokens));
   // Deterministic: a second run gives the same bits.
   CHECK(ops::index_select_backward(dy, w.shape(), 0, tokens_d).to_vector() == dw.to_vector());
+  // Rows longer than one tile of the block-per-row backward (512, then 1024 elements), a
+  // character vocabulary with many repeats, and a middle dim indexed (outer 3 x inner 700).
+  for (const Shape& table : {Shape{37, 1300}, Shape{114, 384}, Shape{3, 9, 700}}) {
+    const int dim = table.rank() - 2;
+    INFO("table " << table);
+    const auto idx = random_index({2500}, table[dim], rng);
+    Shape ys = table;
+    ys[dim] = 2500;
+    auto [g, gr] = random_pair<bfloat16>(ys, rng, Layout::row_major);
+    check_close("embedding backward", ops::index_select_backward(g, table, dim, idx.to(gpu)),
+                ops::index_select_backward(gr, table, dim, idx));
+  }
 }
 
 TEST_CASE("gpu shape ops: index values checked on the device, errors name the op", "[gpu][shape_ops][index]") {

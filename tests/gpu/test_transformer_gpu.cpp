@@ -119,6 +119,46 @@ TEST_CASE("gpu optim: clip_grad_norm on the device matches the CPU", "[gpu][tran
   }
 }
 
+// The multi-tensor kernels (cuda/kernels/optim.hpp): 70 gradients, more than one list of 64,
+// sizes around the 8192-element chunk, an NHWC gradient and a transposed (strided) one.
+template <class T>
+void check_clip_many(Rng& rng) {
+  std::vector<Var<T>> cpu, gpu;
+  const Device dev = Device::cuda(0);
+  for (int i = 0; i < 70; ++i) {
+    const std::int64_t n = i % 7 == 0 ? 8192 * (i / 7) + 3 : 1 + static_cast<std::int64_t>(rng.below(9000));
+    const auto g = Tensor<T>::uniform(Shape{n}, rng, -1, 1);
+    cpu.push_back(autograd::parameter(Tensor<T>::zeros(g.shape())));
+    cpu.back().grad() = g.clone();
+    gpu.push_back(autograd::parameter(Tensor<T>::zeros(g.shape(), {.device = dev})));
+    gpu.back().grad() = g.to(dev);
+  }
+  const auto g4 = Tensor<T>::uniform(Shape{2, 8, 5, 3}, rng, -1, 1);
+  cpu.push_back(autograd::parameter(Tensor<T>::zeros(g4.shape())));
+  cpu.back().grad() = g4.clone();
+  gpu.push_back(autograd::parameter(Tensor<T>::zeros(g4.shape(), {.device = dev})));
+  gpu.back().grad() = g4.to(dev).contiguous(Layout::nhwc);
+  const auto gt = Tensor<T>::uniform(Shape{6, 11}, rng, -1, 1);
+  cpu.push_back(autograd::parameter(Tensor<T>::zeros(Shape{11, 6})));
+  cpu.back().grad() = transpose(gt, 0, 1).contiguous();
+  gpu.push_back(autograd::parameter(Tensor<T>::zeros(Shape{11, 6}, {.device = dev})));
+  gpu.back().grad() = transpose(gt.to(dev), 0, 1);
+  REQUIRE(!gpu.back().grad().is_contiguous());
+  for (const double max_norm : {2.0, 1e6}) {  // clipped, and left alone
+    const double want = optim::clip_grad_norm(cpu, max_norm);
+    const Tensor<T> norm = optim::clip_grad_norm_device(gpu, max_norm);
+    const double got = static_cast<double>(norm.to_vector()[0]);
+    CHECK(std::abs(got - want) <= (std::same_as<T, float> ? 1e-5 : 1e-2) * want);
+    for (std::size_t i = 0; i < cpu.size(); ++i) check_close("clipped grad", gpu[i].grad(), cast<double>(cpu[i].grad()));
+  }
+}
+
+TEST_CASE("gpu optim: clip_grad_norm over 72 gradients of many sizes and layouts", "[gpu][transformer]") {
+  Rng rng(2144);
+  check_clip_many<float>(rng);
+  check_clip_many<bfloat16>(rng);
+}
+
 TEST_CASE("gpu transformer: a bf16 GPT step captured in a CUDA graph matches eager steps", "[gpu][transformer][graph]") {
   constexpr int steps = 5;
   const Device dev = Device::cuda(0);

@@ -18,6 +18,11 @@
 #include "cutrain/ops/reduce.hpp"
 #include "cutrain/ops/shape_ops.hpp"
 
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/gpu_float.hpp"
+#include "cutrain/cuda/kernels/optim.hpp"
+#endif
+
 namespace cutrain::inline CUTRAIN_ABI::optim {
 
 namespace detail {
@@ -50,7 +55,7 @@ const std::pair<Tensor<T>, Tensor<T>>& clip_constants(Device dev) {
                     "first call during CUDA graph capture; clip once outside capture (a warm-up step) first");
     it = constants
              .emplace(dev.index, std::pair{Tensor<T>::full(Shape{1}, T(1e-6), {.device = dev}),
-                                           Tensor<T>::full(Shape{1}, T(1), {.device = dev})})
+                                           Tensor<T>::full(Shape{1}, T(1.0), {.device = dev})})
              .first;
   }
   return it->second;
@@ -70,6 +75,29 @@ Tensor<T> clip_grad_norm_device(const std::vector<autograd::Var<T>>& params, dou
   CUTRAIN_REQUIRE(!dev.is_cpu(), InvalidArgument, "optim::clip_grad_norm_device",
                   "the gradients are on the CPU: use clip_grad_norm");
   const profile::OpScope timed("optim::clip_grad_norm", dev);  // one row in a profile
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (cuda::GpuFloat<T>) {
+    // Three kernels for every 64 gradients (cuda/kernels/optim.hpp): the per-tensor path below
+    // launched about five per gradient, 0.8 ms of a GPT step's 8.3 in a CUDA graph.
+    std::vector<Tensor<T>> staged;  // copies of gradients that are not dense
+    staged.reserve(grads.size());   // dense points into it
+    std::vector<const Tensor<T>*> dense;
+    for (const Tensor<T>* g : grads) {
+      if (g->is_contiguous()) {
+        dense.push_back(g);
+      } else {
+        staged.push_back(g->contiguous());
+        dense.push_back(&staged.back());
+      }
+    }
+    std::vector<Tensor<T>> scaled;
+    Tensor<T> norm = cuda::kernels::clip_grad_norm(dense, scaled, max_norm);
+    std::size_t k = 0;
+    for (const auto& p : params)
+      if (p.defined() && p.grad().defined()) p.grad() = std::move(scaled[k++]);
+    return norm;
+  }
+#endif
   const auto& [eps, one] = detail::clip_constants<T>(dev);
   // Each gradient's norm in two stages, over its last dim and then over the rest: the reduction
   // kernels spread a reduction over the outputs, so a whole tensor reduced at once runs in one

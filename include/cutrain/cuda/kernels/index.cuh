@@ -1,8 +1,9 @@
 // index_select and gather over strided tensors of rank <= 8 (cuda/kernels/index.hpp), forward
 // and backward, and the range check of an index. One thread per element of the tensor written
-// (row-major), grid-stride. Forward copies elements as they are (no arithmetic). Backward: each
-// dx element walks the index positions along dim in order and adds the dy elements whose index
-// names it, in f32, then rounds once: deterministic, no atomics.
+// (row-major), grid-stride, except index_select's backward (one block per row of dx, below).
+// Forward copies elements as they are (no arithmetic). Backward: each dx element walks the
+// index positions along dim in order and adds the dy elements whose index names it, in f32,
+// then rounds once: deterministic, no atomics.
 
 // The tensor walked (shape `size`: the output forward, dx backward), the dim indexed, and the
 // strides (in elements) of the other tensors at the walked tensor's coordinates: `a` is x's
@@ -59,19 +60,63 @@ extern "C" __global__ void cutrain_gather(const T* x, const int* index, T* y, cu
 }
 
 // dx[i] = sum over j (in order) with index[j] == c_dim of dy at (c with coordinate dim = j).
+// dx is walked as rows [outer, num, inner] (num = its size along dim, inner the product of the
+// dims after it), in tiles of cutrain_rows_tile elements of a row: one block per (row, tile),
+// grid-stride. The block reads the index once per tile, blockDim positions at a time, keeps the
+// positions that name its row in order (a ballot per warp, a prefix over the warps), and each
+// thread adds dy at those positions into its cutrain_rows_cols accumulators. The sum runs over j
+// in order, in f32: the same bits as one thread per element scanning the whole index, with
+// blockDim / inner-tile times fewer index reads. blockDim: a multiple of 32, at most 1024.
+#define cutrain_rows_cols 4
 extern "C" __global__ void cutrain_index_select_backward(const T* dy, const int* index, T* dx, cutrain_index_args a) {
-  long long c[8];
+  __shared__ int hits[1024];
+  __shared__ int warp_hits[32];
   const long long n_idx = a.idx_size[0], is = a.idx_stride[0], ds = a.a_stride[a.dim];
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
-    index_coords(a, i, c);
-    long long base = 0;
-    for (int d = 0; d < a.rank; ++d)
-      if (d != a.dim) base += c[d] * a.a_stride[d];
-    const int v = static_cast<int>(c[a.dim]);
-    float s = 0.0f;
-    for (long long j = 0; j < n_idx; ++j)
-      if (index[j * is] == v) s += to_f32(dy[base + j * ds]);
-    store(dx + i, s);
+  long long inner = 1;
+  for (int d = static_cast<int>(a.dim) + 1; d < a.rank; ++d) inner *= a.size[d];
+  const long long num = a.size[a.dim], rows = a.n / inner;
+  const long long tile = static_cast<long long>(blockDim.x) * cutrain_rows_cols;
+  const long long tiles = (inner + tile - 1) / tile;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (long long w = blockIdx.x; w < rows * tiles; w += gridDim.x) {
+    const long long row = w / tiles, k0 = (w % tiles) * tile;
+    const int v = static_cast<int>(row % num);
+    long long base[cutrain_rows_cols];
+    bool mine[cutrain_rows_cols];  // column k of this tile lies inside the row
+    float s[cutrain_rows_cols];
+    for (int q = 0; q < cutrain_rows_cols; ++q) {
+      const long long k = k0 + q * blockDim.x + threadIdx.x;
+      s[q] = 0.0f;
+      base[q] = 0;
+      mine[q] = k < inner;
+      if (!mine[q]) continue;
+      long long c[8];
+      index_coords(a, row * inner + k, c);
+      for (int d = 0; d < a.rank; ++d)
+        if (d != a.dim) base[q] += c[d] * a.a_stride[d];
+    }
+    for (long long j0 = 0; j0 < n_idx; j0 += blockDim.x) {
+      const long long j = j0 + threadIdx.x;
+      const bool hit = j < n_idx && index[j * is] == v;
+      const unsigned m = __ballot_sync(0xffffffffu, hit);
+      if (lane == 0) warp_hits[warp] = __popc(m);
+      __syncthreads();
+      int before = 0, total = 0;
+      for (int u = 0; u < warps; ++u) {
+        before += u < warp ? warp_hits[u] : 0;
+        total += warp_hits[u];
+      }
+      if (hit) hits[before + __popc(m & ((1u << lane) - 1u))] = threadIdx.x;
+      __syncthreads();
+      for (int h = 0; h < total; ++h) {
+        const long long jj = j0 + hits[h];
+        for (int q = 0; q < cutrain_rows_cols; ++q)
+          if (mine[q]) s[q] += to_f32(dy[base[q] + jj * ds]);
+      }
+      __syncthreads();  // hits and warp_hits are rewritten by the next chunk
+    }
+    for (int q = 0; q < cutrain_rows_cols; ++q)
+      if (mine[q]) store(dx + row * inner + k0 + q * blockDim.x + threadIdx.x, s[q]);
   }
 }
 

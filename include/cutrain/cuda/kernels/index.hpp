@@ -2,9 +2,10 @@
 // semantics of cpu/index.hpp, and the range check of an index. x, dy and the index are read in
 // place through their strides (never staged, never through the host); outputs are contiguous
 // row-major tensors the caller allocates. The caller (ops/index.hpp) has checked shapes and index
-// values. Backward is deterministic: each dx element scans the index along dim in order, so it
-// costs O(dx elements x index positions along dim); for index_select that is x.numel() x
-// index.numel() index reads (fine for vocabularies of thousands; see docs/ops/shape_ops.md).
+// values. Backward is deterministic: each dx element sums the dy positions its index names in
+// index order. gather's scans the index along dim per dx element (O(dx elements x index
+// positions)); index_select's reads the index once per row of dx and tile of up to 512 of its
+// elements (O(rows x index positions), a block per row; see docs/ops/shape_ops.md).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -14,6 +15,7 @@
 #endif
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -128,10 +130,20 @@ void index_select_backward(const Tensor<T>& dy, int dim, const Tensor<std::int32
   CUTRAIN_REQUIRE(dx.defined(), InvalidArgument, op, "dx is an undefined tensor");
   detail::require_row_major_output(op, dx, dx.shape(), dy.device(), "dx");
   const auto a = detail::index_args(op, dx.shape(), dim, dy.strides(), index);
+  if (a.n == 0) return;
+  // One block per (row, tile) of dx viewed as [outer, num, inner] (index.cuh): 128 threads of 4
+  // columns each cover a row of up to 512 elements in one tile.
+  std::int64_t inner = 1;
+  for (int d = dim + 1; d < dx.rank(); ++d) inner *= dx.dim(d);
+  const unsigned threads = inner <= 512 ? 128 : 256;
+  const std::int64_t tiles = (inner + 4 * threads - 1) / (4 * threads);
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(a.n / inner * tiles, std::int64_t{1} << 20));
   const T* dyd = dy.data();
   const int* id = index.data();
   T* dxd = dx.data();
-  detail::launch_index<T>(op, "cutrain_index_select_backward", a, dy.device(), dyd, id, dxd);
+  DeviceScope scope(dy.device().index);
+  launch(function(dy.device().index, detail::index_program<T>(), "cutrain_index_select_backward"), blocks, threads, op,
+         dyd, id, dxd, a);
 }
 
 // y (index's shape, row-major) = x with coordinate dim replaced by the index value.

@@ -57,3 +57,62 @@ extern "C" __global__ void cutrain_unscale_check(G* g, long long n, float inv_sc
   }
   if (bad) *found_inf = 1;
 }
+
+// Gradient clipping over many tensors at once (optim/clip.hpp), a list of up to 64 dense
+// tensors a launch, cut into chunks of cutrain_clip_chunk elements; chunk c of the launch lies
+// in the tensor t with first[t] <= c < first[t + 1].
+#define cutrain_clip_list_max 64
+#define cutrain_clip_chunk 8192
+struct cutrain_clip_list {
+  const G* in[cutrain_clip_list_max];
+  G* out[cutrain_clip_list_max];
+  long long n[cutrain_clip_list_max];
+  long long first[cutrain_clip_list_max + 1];
+  long long count, partial_offset;
+};
+
+__device__ __forceinline__ int clip_tensor_of(const cutrain_clip_list& l, long long c) {
+  int t = 0;
+  while (t + 1 < l.count && l.first[t + 1] <= c) ++t;
+  return t;
+}
+
+// partial[partial_offset + c] = the sum of squares of chunk c, in f32 (a fixed order).
+extern "C" __global__ void cutrain_clip_sum_squares(cutrain_clip_list l, float* partial) {
+  for (long long c = blockIdx.x; c < l.first[l.count]; c += gridDim.x) {
+    const int t = clip_tensor_of(l, c);
+    const long long lo = (c - l.first[t]) * cutrain_clip_chunk;
+    const long long hi = min(lo + cutrain_clip_chunk, l.n[t]);
+    float s = 0.0f;
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      const float v = to_f32(l.in[t][i]);
+      s += v * v;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) partial[l.partial_offset + c] = s;
+  }
+}
+
+// One block: norm = sqrt(sum of the partials), coef = min(1, max_norm / (norm + 1e-6)).
+extern "C" __global__ void cutrain_clip_coef(const float* partial, long long count, float max_norm, G* norm,
+                                             float* coef) {
+  float s = 0.0f;
+  for (long long i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    const float r = sqrtf(s);
+    store(norm, r);
+    *coef = fminf(1.0f, max_norm / (r + 1e-6f));
+  }
+}
+
+// out[t][i] = in[t][i] * coef, chunk by chunk.
+extern "C" __global__ void cutrain_clip_scale(cutrain_clip_list l, const float* coef) {
+  const float k = *coef;
+  for (long long c = blockIdx.x; c < l.first[l.count]; c += gridDim.x) {
+    const int t = clip_tensor_of(l, c);
+    const long long lo = (c - l.first[t]) * cutrain_clip_chunk;
+    const long long hi = min(lo + cutrain_clip_chunk, l.n[t]);
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) store(l.out[t] + i, to_f32(l.in[t][i]) * k);
+  }
+}

@@ -10,7 +10,10 @@
 #endif
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
@@ -142,6 +145,70 @@ void unscale_check(Tensor<G>& g, double inv_scale, int* found_inf) {
   DeviceScope scope(dev);
   launch(function(dev, detail::optim_program<G>(), "cutrain_unscale_check"), grid_for(n), 256, op, g.data(), n,
          static_cast<float>(inv_scale), found_inf);
+}
+
+namespace detail {
+// cutrain_clip_list of optim.cuh, field for field (G* as void*).
+inline constexpr std::size_t clip_list_max = 64;
+inline constexpr std::int64_t clip_chunk = 8192;
+struct ClipList {
+  const void* in[clip_list_max];
+  void* out[clip_list_max];
+  long long n[clip_list_max];
+  long long first[clip_list_max + 1];
+  long long count, partial_offset;
+};
+static_assert(sizeof(ClipList) == (4 * clip_list_max + 3) * sizeof(long long));
+}  // namespace detail
+
+// Clipping by the global L2 norm of the tensors `in` (dense: contiguous in some layout, all on
+// one CUDA device): out[i] (allocated here, in[i]'s shape and layout) = in[i] * min(1, max_norm /
+// (norm + 1e-6)), with norm = sqrt(the sum of squares) in f32, in a fixed order (deterministic).
+// Returns norm as a [1] tensor on the device; nothing is read back, so it can be captured in a
+// CUDA graph. Three kernels per 64 tensors, whatever their sizes.
+template <GpuFloat G>
+Tensor<G> clip_grad_norm(const std::vector<const Tensor<G>*>& in, std::vector<Tensor<G>>& out, double max_norm) {
+  constexpr std::string_view op = "cuda::kernels::clip_grad_norm";
+  detail::require_finite(op, max_norm, "max_norm");
+  CUTRAIN_REQUIRE(!in.empty(), InvalidArgument, op, "no tensors");
+  const Device dev = in.front()->device();
+  std::vector<detail::ClipList> lists;
+  std::int64_t chunks = 0;
+  out.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const Tensor<G>& t = *in[i];
+    detail::require_cuda_input(op, t, "tensor " + std::to_string(i));
+    CUTRAIN_REQUIRE(t.device() == dev && t.is_contiguous(), InvalidArgument, op, "tensor ", i, " ", t.describe(),
+                    " must be dense and on ", dev, " as tensor 0");
+    out.emplace_back(t.shape(), TensorOptions{.layout = t.layout(), .device = dev});
+    if (i % detail::clip_list_max == 0) {
+      lists.push_back(detail::ClipList{});
+      lists.back().partial_offset = chunks;
+    }
+    detail::ClipList& l = lists.back();
+    const auto k = static_cast<std::size_t>(l.count++);
+    l.in[k] = t.data();
+    l.out[k] = out.back().data();
+    l.n[k] = t.numel();
+    l.first[k + 1] = l.first[k] + (t.numel() + detail::clip_chunk - 1) / detail::clip_chunk;
+    chunks += l.first[k + 1] - l.first[k];
+  }
+  Tensor<G> norm(Shape{1}, {.device = dev});
+  Tensor<float> partial(Shape{std::max<std::int64_t>(chunks, 1)}, {.device = dev});
+  Tensor<float> coef(Shape{1}, {.device = dev});
+  DeviceScope scope(dev.index);
+  const Program& p = detail::optim_program<G>();
+  float* pd = partial.data();
+  float* cd = coef.data();
+  const auto blocks = [](long long n) { return static_cast<unsigned>(std::clamp<long long>(n, 1, 65536)); };
+  for (const auto& l : lists)
+    launch(function(dev.index, p, "cutrain_clip_sum_squares"), blocks(l.first[l.count]), 256, op, l, pd);
+  launch(function(dev.index, p, "cutrain_clip_coef"), 1, 1024, op, static_cast<const float*>(pd),
+         static_cast<long long>(chunks), static_cast<float>(max_norm), norm.data(), cd);
+  for (const auto& l : lists)
+    launch(function(dev.index, p, "cutrain_clip_scale"), blocks(l.first[l.count]), 256, op, l,
+           static_cast<const float*>(cd));
+  return norm;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels
