@@ -37,31 +37,13 @@ void check_engine(const std::string& what, const nn::Sequential<double>& net, co
 }
 
 // A stem and one strided residual block (its shortcut a 1x1 conv), random batch-norm statistics.
-nn::Sequential<double> one_block_resnet(Rng& rng) {
-  nn::Sequential<double> net{nn::Conv2d<double>({.in = 3, .out = 32, .kernel = 3, .padding = 1, .bias = false}, rng),
-                             nn::BatchNorm2d<double>({.features = 32}),
-                             nn::ReLU{},
-                             nn::ResidualBlock<double>({.in = 32, .out = 64, .stride = 2}),
-                             nn::AdaptiveAvgPool2d{},
-                             nn::Flatten{},
-                             nn::Linear<double>({.in = 64, .out = 10}, rng)};
-  randomize(net, rng);
-  return net;
-}
+nn::Sequential<double> one_block_resnet(Rng& rng) { return small_resnet(rng, 1); }
 
 }  // namespace
 
 TEST_CASE("gpu deploy engine: compiled models match the CPU engine in f64", "[gpu][deploy]") {
   Rng rng(41);
-  nn::Sequential<double> resnet{nn::Conv2d<double>({.in = 3, .out = 32, .kernel = 3, .padding = 1, .bias = false}, rng),
-                                nn::BatchNorm2d<double>({.features = 32}),
-                                nn::ReLU{},
-                                nn::ResidualBlock<double>({.in = 32}),
-                                nn::ResidualBlock<double>({.in = 32, .out = 64, .stride = 2}),
-                                nn::AdaptiveAvgPool2d{},
-                                nn::Flatten{},
-                                nn::Linear<double>({.in = 64, .out = 10}, rng)};
-  randomize(resnet, rng);
+  nn::Sequential<double> resnet = small_resnet(rng);
   check_engine<float>("resnet f32", resnet, Shape{8, 3, 16, 16}, Layout::row_major, rng, 1e-3);
   check_engine<bfloat16>("resnet bf16 nhwc", resnet, Shape{8, 3, 16, 16}, Layout::nhwc, rng, 5e-2);
   auto cnn = nn::fashion_mnist_cnn<double>(rng);

@@ -110,15 +110,7 @@ TEST_CASE("gpu e4m3: a quantized convolution equals the CPU's on the dequantized
 
 TEST_CASE("gpu e4m3: a quantized ResNet block stays near its bf16 engine; files and graphs keep it", "[gpu][deploy][fp8]") {
   Rng rng(93);
-  nn::Sequential<double> net{nn::Conv2d<double>({.in = 3, .out = 32, .kernel = 3, .padding = 1, .bias = false}, rng),
-                             nn::BatchNorm2d<double>({.features = 32}),
-                             nn::ReLU{},
-                             nn::ResidualBlock<double>({.in = 32}),
-                             nn::ResidualBlock<double>({.in = 32, .out = 64, .stride = 2}),
-                             nn::AdaptiveAvgPool2d{},
-                             nn::Flatten{},
-                             nn::Linear<double>({.in = 64, .out = 10}, rng)};
-  randomize(net, rng);
+  nn::Sequential<double> net = small_resnet(rng);
   const Shape in{16, 3, 16, 16};
   const deploy::CompileOptions o{.device = Device::cuda(0), .layout = Layout::nhwc, .min_batch = 4};
   const auto plain = deploy::compile<bfloat16>(net, in, o);

@@ -278,6 +278,30 @@ class Engine {
   std::shared_ptr<Replays> replays_;  // cuda_graph: the captured batch sizes (shared: Engine moves)
 #endif
 
+#ifdef CUTRAIN_WITH_CUDA
+  // Convolution step i in e4m3 (x quantized with its scale, then one cuDNN graph); nullopt when
+  // cuDNN builds no e4m3 graph for it at this batch. run() and quantize_e4m3's trial call it.
+  std::optional<Tensor<E>> run_e4m3(std::size_t i, const std::vector<Tensor<E>>& v) const
+    requires(std::same_as<E, bfloat16> || std::same_as<E, half>)
+  {
+    const auto& s = plan_.steps[i];
+    const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
+    Tensor<std::uint8_t> xq(x.shape(), {.layout = Layout::nhwc, .device = x.device()});
+    {
+      profile::OpScope timed("cast_e4m3 (quantize)", x.device());
+      cuda::kernels::quantize_e4m3(x, s.x_scale, xq);
+    }
+    Tensor<E> y(conv2d_output_shape(x.shape(), s.w.shape(), s.conv, "deploy::Engine"),
+                {.layout = Layout::nhwc, .device = x.device()});
+    const Tensor<E> none;
+    profile::OpScope timed("conv2d_fp8_forward", x.device());
+    if (!cuda::cudnn::conv2d_fp8_forward(xq, s.wq, s.descale, s.b, s.in2 >= 0 ? v[static_cast<std::size_t>(s.in2)] : none,
+                                         s.conv, s.act, y))
+      return std::nullopt;
+    return y;
+  }
+#endif
+
   Tensor<E> run(std::size_t i, const std::vector<Tensor<E>>& v) const {
     const auto& s = plan_.steps[i];
     const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
@@ -285,20 +309,8 @@ class Engine {
       case StepKind::conv:
 #ifdef CUTRAIN_WITH_CUDA
         if constexpr (std::same_as<E, bfloat16> || std::same_as<E, half>)
-          if (s.x_scale > 0) {  // e4m3 x and w; where cuDNN has no engine at this batch, the step in E below
-            Tensor<std::uint8_t> xq(x.shape(), {.layout = Layout::nhwc, .device = x.device()});
-            {
-              profile::OpScope timed("cast_e4m3 (quantize)", x.device());
-              cuda::kernels::quantize_e4m3(x, s.x_scale, xq);
-            }
-            Tensor<E> y(conv2d_output_shape(x.shape(), s.w.shape(), s.conv, "deploy::Engine"),
-                        {.layout = Layout::nhwc, .device = x.device()});
-            const Tensor<E> none;
-            profile::OpScope timed("conv2d_fp8_forward", x.device());
-            if (cuda::cudnn::conv2d_fp8_forward(xq, s.wq, s.descale, s.b, s.in2 >= 0 ? v[static_cast<std::size_t>(s.in2)] : none,
-                                                s.conv, s.act, y))
-              return y;
-          }
+          if (s.x_scale > 0)  // where cuDNN has no e4m3 engine at this batch, the step in E below
+            if (std::optional<Tensor<E>> y = run_e4m3(i, v)) return std::move(*y);
 #endif
         if (s.in2 >= 0 && fused_[i]) return std::move((*fused_[i])(x, s.w, s.b, v[static_cast<std::size_t>(s.in2)])[0]);
         if (s.in2 >= 0) {  // the CPU: act(conv + bias + residual) in three passes

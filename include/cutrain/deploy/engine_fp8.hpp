@@ -124,13 +124,7 @@ struct Quantizer {
     (void)e.forward(batches[0], [&](std::size_t i, const std::vector<Tensor<E>>& v) {
       auto& s = steps[i];
       if (s.x_scale <= 0) return;
-      const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
-      Tensor<std::uint8_t> xq(x.shape(), {.layout = Layout::nhwc, .device = x.device()});
-      cuda::kernels::quantize_e4m3(x, s.x_scale, xq);
-      Tensor<E> y(conv2d_output_shape(x.shape(), s.w.shape(), s.conv, quantize_op), {.layout = Layout::nhwc, .device = x.device()});
-      const Tensor<E> none;
-      const Tensor<E>& res = s.in2 >= 0 ? v[static_cast<std::size_t>(s.in2)] : none;
-      if (!cuda::cudnn::conv2d_fp8_forward(xq, s.wq, s.descale, s.b, res, s.conv, s.act, y)) return demote(s);
+      if (!e.run_e4m3(i, v)) return demote(s);
       const float x_scale = s.x_scale;
       s.e4m3_ms = ms_of([&] { (void)e.run(i, v); });
       s.x_scale = 0;  // run() takes the step in E
