@@ -68,6 +68,25 @@ TEST_CASE("autograd: x*x + 3x has gradient 2x + 3", "[autograd]") {
   require_close(x.grad(), {2.0, 2.0, 2.0});
 }
 
+TEST_CASE("autograd: an add's backward shares dy, but two leaves never share a gradient", "[autograd]") {
+  auto a = autograd::parameter(Tensor<double>::from_vector({1.0, 2.0, 3.0, 4.0}, Shape{2, 2}));
+  auto b = autograd::parameter(Tensor<double>::from_vector({5.0, 6.0, 7.0, 8.0}, Shape{4}));
+  auto c = autograd::parameter(Tensor<double>::from_vector({1.0, 1.0, 1.0, 1.0}, Shape{4}));
+  // Both inputs of the first add pass dy on as views (a reshape, then the leaf b); a and b
+  // must get gradients of their own, as must c and the add's other input.
+  Var<double> y = autograd::add(autograd::add(autograd::reshape(a, Shape{4}), b), c);
+  y.backward(Tensor<double>::from_vector({1.0, 2.0, 3.0, 4.0}, Shape{4}));
+  require_close(a.grad(), {1.0, 2.0, 3.0, 4.0});
+  require_close(b.grad(), {1.0, 2.0, 3.0, 4.0});
+  require_close(c.grad(), {1.0, 2.0, 3.0, 4.0});
+  CHECK(a.grad().data() != b.grad().data());
+  CHECK(b.grad().data() != c.grad().data());
+  CHECK(a.grad().data() != c.grad().data());
+  b.grad().data()[0] = 100.0;  // an in-place change (as GradScaler's unscale) reaches one leaf only
+  CHECK(a.grad().data()[0] == 1.0);
+  CHECK(c.grad().data()[0] == 1.0);
+}
+
 TEST_CASE("gradcheck: autograd conv -> bn -> relu -> pool -> flatten -> linear -> cross_entropy", "[autograd]") {
   nn::Sequential<double> net{nn::Conv2d<double>({.in = 2, .out = 3, .kernel = 3, .padding = 1, .seed = 1}),
                              nn::BatchNorm2d<double>({.features = 3}), nn::ReLU{}, nn::MaxPool2d({.kernel = 2}),

@@ -123,26 +123,25 @@ TEST_CASE("gpu optim: clip_grad_norm on the device matches the CPU", "[gpu][tran
 // sizes around the 8192-element chunk, an NHWC gradient and a transposed (strided) one.
 template <class T>
 void check_clip_many(Rng& rng) {
-  std::vector<Var<T>> cpu, gpu;
+  // The CPU reference in f32 (its backend computes in f32 and f64) on the same values.
+  std::vector<Var<float>> cpu;
+  std::vector<Var<T>> gpu;
   const Device dev = Device::cuda(0);
+  const auto add = [&](const Tensor<T>& g, Tensor<T> on_gpu) {
+    cpu.push_back(autograd::parameter(Tensor<float>::zeros(g.shape())));
+    cpu.back().grad() = cast<float>(g);
+    gpu.push_back(autograd::parameter(Tensor<T>::zeros(g.shape(), {.device = dev})));
+    gpu.back().grad() = std::move(on_gpu);
+  };
   for (int i = 0; i < 70; ++i) {
     const std::int64_t n = i % 7 == 0 ? 8192 * (i / 7) + 3 : 1 + static_cast<std::int64_t>(rng.below(9000));
     const auto g = Tensor<T>::uniform(Shape{n}, rng, -1, 1);
-    cpu.push_back(autograd::parameter(Tensor<T>::zeros(g.shape())));
-    cpu.back().grad() = g.clone();
-    gpu.push_back(autograd::parameter(Tensor<T>::zeros(g.shape(), {.device = dev})));
-    gpu.back().grad() = g.to(dev);
+    add(g, g.to(dev));
   }
   const auto g4 = Tensor<T>::uniform(Shape{2, 8, 5, 3}, rng, -1, 1);
-  cpu.push_back(autograd::parameter(Tensor<T>::zeros(g4.shape())));
-  cpu.back().grad() = g4.clone();
-  gpu.push_back(autograd::parameter(Tensor<T>::zeros(g4.shape(), {.device = dev})));
-  gpu.back().grad() = g4.to(dev).contiguous(Layout::nhwc);
+  add(g4, g4.to(dev).contiguous(Layout::nhwc));
   const auto gt = Tensor<T>::uniform(Shape{6, 11}, rng, -1, 1);
-  cpu.push_back(autograd::parameter(Tensor<T>::zeros(Shape{11, 6})));
-  cpu.back().grad() = transpose(gt, 0, 1).contiguous();
-  gpu.push_back(autograd::parameter(Tensor<T>::zeros(Shape{11, 6}, {.device = dev})));
-  gpu.back().grad() = transpose(gt.to(dev), 0, 1);
+  add(transpose(gt, 0, 1).contiguous(), transpose(gt.to(dev), 0, 1));
   REQUIRE(!gpu.back().grad().is_contiguous());
   for (const double max_norm : {2.0, 1e6}) {  // clipped, and left alone
     const double want = optim::clip_grad_norm(cpu, max_norm);

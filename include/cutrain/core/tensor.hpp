@@ -295,6 +295,8 @@ class Tensor {
   }
 
   // Views share storage.
+  // Whether another tensor (a view) holds this one's storage too.
+  bool shares_storage() const { return storage_ && storage_.use_count() > 1; }
   Tensor view() const {
     Tensor t;
     t.storage_ = storage_;

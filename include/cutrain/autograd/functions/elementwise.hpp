@@ -37,13 +37,11 @@ struct AddFn final : Node<T> {
     if (a_shape != b_shape) {  // broadcast: each input's gradient summed back to its shape (new tensors)
       if (this->needs_grad(0)) g[0] = ops::sum_to(dy, a_shape);
       if (this->needs_grad(1)) g[1] = ops::sum_to(dy, b_shape);
-    } else if (this->needs_grad(0) && this->needs_grad(1)) {
-      // Two copies: two leaves must never share one gradient tensor (an optimizer may clip one).
-      BinaryBackward<T> r = ops::add_backward(dy);
-      g[0] = std::move(r.da);
-      g[1] = std::move(r.db);
     } else {
-      g[this->needs_grad(0) ? 0 : 1] = dy.view();
+      // dy itself, to each input that needs it: no copies (a residual add's backward used to make
+      // two, 0.58 ms of a GPT step). A leaf that gets a shared tensor copies it (engine.hpp).
+      for (std::size_t i = 0; i < 2; ++i)
+        if (this->needs_grad(i)) g[i] = dy.view();
     }
     return g;
   }
