@@ -1,9 +1,11 @@
 // index_select and gather over strided tensors of rank <= 8 (cuda/kernels/index.hpp), forward
 // and backward, and the range check of an index. One thread per element of the tensor written
-// (row-major), grid-stride, except index_select's backward (one block per row of dx, below).
+// (row-major), grid-stride, except index_select's backward (a block per row of dx and chunk
+// of the index, below).
 // Forward copies elements as they are (no arithmetic). Backward: each dx element walks the
 // index positions along dim in order and adds the dy elements whose index names it, in f32,
-// then rounds once: deterministic, no atomics.
+// then rounds once (index_select's: per chunk, then the chunks in order): deterministic, no
+// atomics.
 
 // The tensor walked (shape `size`: the output forward, dx backward), the dim indexed, and the
 // strides (in elements) of the other tensors at the walked tensor's coordinates: `a` is x's
@@ -61,14 +63,18 @@ extern "C" __global__ void cutrain_gather(const T* x, const int* index, T* y, cu
 
 // dx[i] = sum over j (in order) with index[j] == c_dim of dy at (c with coordinate dim = j).
 // dx is walked as rows [outer, num, inner] (num = its size along dim, inner the product of the
-// dims after it), in tiles of cutrain_rows_tile elements of a row: one block per (row, tile),
-// grid-stride. The block reads the index once per tile, blockDim positions at a time, keeps the
-// positions that name its row in order (a ballot per warp, a prefix over the warps), and each
-// thread adds dy at those positions into its cutrain_rows_cols accumulators. The sum runs over j
-// in order, in f32: the same bits as one thread per element scanning the whole index, with
-// blockDim / inner-tile times fewer index reads. blockDim: a multiple of 32, at most 1024.
+// dims after it), in tiles of cutrain_rows_tile elements of a row, and the index positions in
+// chunks of `chunk` (a multiple of blockDim): one block per (row, tile, chunk), grid-stride. The
+// block reads its chunk of the index blockDim positions at a time, keeps the positions that name
+// its row in order (a ballot per warp, a prefix over the warps), and each thread adds dy at those
+// positions into its cutrain_rows_cols accumulators, in f32. With one chunk the sum is rounded
+// into dx; with several, chunk c's f32 sum goes to partial[c * n + i] and
+// cutrain_index_partial_sum adds the chunks in order: deterministic either way, and a frequent
+// index (a space in a character vocabulary) is spread over many blocks instead of one.
+// blockDim: a multiple of 32, at most 1024.
 #define cutrain_rows_cols 4
-extern "C" __global__ void cutrain_index_select_backward(const T* dy, const int* index, T* dx, cutrain_index_args a) {
+extern "C" __global__ void cutrain_index_select_backward(const T* dy, const int* index, T* dx, float* partial,
+                                                         long long chunk, cutrain_index_args a) {
   __shared__ int hits[1024];
   __shared__ int warp_hits[32];
   const long long n_idx = a.idx_size[0], is = a.idx_stride[0], ds = a.a_stride[a.dim];
@@ -76,10 +82,11 @@ extern "C" __global__ void cutrain_index_select_backward(const T* dy, const int*
   for (int d = static_cast<int>(a.dim) + 1; d < a.rank; ++d) inner *= a.size[d];
   const long long num = a.size[a.dim], rows = a.n / inner;
   const long long tile = static_cast<long long>(blockDim.x) * cutrain_rows_cols;
-  const long long tiles = (inner + tile - 1) / tile;
+  const long long tiles = (inner + tile - 1) / tile, chunks = (n_idx + chunk - 1) / chunk;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (long long w = blockIdx.x; w < rows * tiles; w += gridDim.x) {
-    const long long row = w / tiles, k0 = (w % tiles) * tile;
+  for (long long w = blockIdx.x; w < rows * tiles * chunks; w += gridDim.x) {
+    const long long ch = w % chunks, rt = w / chunks;
+    const long long row = rt / tiles, k0 = (rt % tiles) * tile;
     const int v = static_cast<int>(row % num);
     long long base[cutrain_rows_cols];
     bool mine[cutrain_rows_cols];  // column k of this tile lies inside the row
@@ -95,9 +102,10 @@ extern "C" __global__ void cutrain_index_select_backward(const T* dy, const int*
       for (int d = 0; d < a.rank; ++d)
         if (d != a.dim) base[q] += c[d] * a.a_stride[d];
     }
-    for (long long j0 = 0; j0 < n_idx; j0 += blockDim.x) {
+    const long long j_end = min(n_idx, (ch + 1) * chunk);
+    for (long long j0 = ch * chunk; j0 < j_end; j0 += blockDim.x) {
       const long long j = j0 + threadIdx.x;
-      const bool hit = j < n_idx && index[j * is] == v;
+      const bool hit = j < j_end && index[j * is] == v;
       const unsigned m = __ballot_sync(0xffffffffu, hit);
       if (lane == 0) warp_hits[warp] = __popc(m);
       __syncthreads();
@@ -115,8 +123,21 @@ extern "C" __global__ void cutrain_index_select_backward(const T* dy, const int*
       }
       __syncthreads();  // hits and warp_hits are rewritten by the next chunk
     }
-    for (int q = 0; q < cutrain_rows_cols; ++q)
-      if (mine[q]) store(dx + row * inner + k0 + q * blockDim.x + threadIdx.x, s[q]);
+    for (int q = 0; q < cutrain_rows_cols; ++q) {
+      if (!mine[q]) continue;
+      const long long i = row * inner + k0 + q * blockDim.x + threadIdx.x;
+      if (partial) partial[ch * a.n + i] = s[q];
+      else store(dx + i, s[q]);
+    }
+  }
+}
+
+// dx[i] = sum over c in [0, chunks), in order, of partial[c * n + i], rounded once.
+extern "C" __global__ void cutrain_index_partial_sum(const float* partial, T* dx, long long n, long long chunks) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (long long c = 0; c < chunks; ++c) s += partial[c * n + i];
+    store(dx + i, s);
   }
 }
 

@@ -131,19 +131,36 @@ void index_select_backward(const Tensor<T>& dy, int dim, const Tensor<std::int32
   detail::require_row_major_output(op, dx, dx.shape(), dy.device(), "dx");
   const auto a = detail::index_args(op, dx.shape(), dim, dy.strides(), index);
   if (a.n == 0) return;
-  // One block per (row, tile) of dx viewed as [outer, num, inner] (index.cuh): 128 threads of 4
-  // columns each cover a row of up to 512 elements in one tile.
+  // One block per (row, tile, chunk) of dx viewed as [outer, num, inner] and of the index
+  // (index.cuh): 128 threads of 4 columns each cover a row of up to 512 elements in one tile.
+  // Few rows (a character vocabulary) would leave most SMs idle and put a frequent index's whole
+  // sum on one block: the index is then cut into chunks of at least 256 positions, enough for
+  // about 2048 blocks, their f32 sums (at most 16M floats) added in order by a second kernel.
   std::int64_t inner = 1;
   for (int d = dim + 1; d < dx.rank(); ++d) inner *= dx.dim(d);
   const unsigned threads = inner <= 512 ? 128 : 256;
-  const std::int64_t tiles = (inner + 4 * threads - 1) / (4 * threads);
-  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(a.n / inner * tiles, std::int64_t{1} << 20));
+  const std::int64_t tiles = (inner + 4 * threads - 1) / (4 * threads), work = a.n / inner * tiles;
+  const std::int64_t n_idx = index.numel();
+  std::int64_t chunks = std::min<std::int64_t>({(2048 + work - 1) / work, (n_idx + 255) / 256, (std::int64_t{1} << 24) / a.n});
+  chunks = std::max<std::int64_t>(chunks, 1);
+  std::int64_t chunk = (n_idx + chunks - 1) / chunks;
+  chunk = std::max<std::int64_t>((chunk + threads - 1) / threads * threads, threads);
+  chunks = (n_idx + chunk - 1) / chunk;
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(work * chunks, std::int64_t{1} << 20));
+  Tensor<float> partial;
+  if (chunks > 1) partial = Tensor<float>(Shape{chunks, a.n}, {.device = dy.device()});
   const T* dyd = dy.data();
   const int* id = index.data();
   T* dxd = dx.data();
+  float* pd = chunks > 1 ? partial.data() : nullptr;
+  const long long chunk_ll = chunk;
   DeviceScope scope(dy.device().index);
   launch(function(dy.device().index, detail::index_program<T>(), "cutrain_index_select_backward"), blocks, threads, op,
-         dyd, id, dxd, a);
+         dyd, id, dxd, pd, chunk_ll, a);
+  if (chunks == 1) return;
+  const long long n = a.n, chunks_ll = chunks;
+  launch(function(dy.device().index, detail::index_program<T>(), "cutrain_index_partial_sum"), grid_for(a.n), 256, op,
+         pd, dxd, n, chunks_ll);
 }
 
 // y (index's shape, row-major) = x with coordinate dim replaced by the index value.

@@ -173,7 +173,7 @@ inline Program reduce(std::string_view t) {
 inline Program index(std::string_view t) {
   return make_program("index", source::index, {{"T", t}},
                       {"cutrain_index_select", "cutrain_gather", "cutrain_index_select_backward",
-                       "cutrain_gather_backward", "cutrain_index_check"});
+                       "cutrain_index_partial_sum", "cutrain_gather_backward", "cutrain_index_check"});
 }
 
 // x / scale as FP8 e4m3 bytes (core/fp8.hpp's rounding), for the deploy engine's 8-bit convolutions.
