@@ -4,9 +4,10 @@
 // activations and residual adds fused). Writes each model as ONNX (deploy::export_onnx) into DIR
 // (one per batch size: the files are static) for ort_deploy.py, and prints one JSON object: per model and batch size, the engine's median
 // ms per call (host clock; 3 warm-up calls, then as many calls as fit in ~2 s, at least 5).
-// cutrain's CPU backend runs on one thread: compare with ONNX Runtime on one thread.
+// The engine's GEMMs run on --threads threads (cpu::set_num_threads; more than one only when
+// built with cutrain::openblas): ort_deploy.py gives ONNX Runtime the same count.
 //
-//   bench_deploy_cpu DIR [--quick]        --quick: fewer batch sizes (for CI-sized runs)
+//   bench_deploy_cpu DIR [--quick] [--threads N]   --quick: fewer batch sizes (for CI-sized runs)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cutrain/cpu.hpp"
+#include "cutrain/cpu/threads.hpp"
 #include "cutrain/nn.hpp"
 
 using namespace cutrain;
@@ -40,12 +42,24 @@ double median_ms(F&& call) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "--quick")) {
-    std::fprintf(stderr, "usage: bench_deploy_cpu DIR [--quick]\n");
+  bool quick = false;
+  int threads = 1;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--threads" && i + 1 < argc) {
+      threads = std::stoi(argv[++i]);
+    } else {
+      argc = 0;  // usage
+    }
+  }
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_deploy_cpu DIR [--quick] [--threads N]\n");
     return 2;
   }
   const std::filesystem::path dir = argv[1];
-  const bool quick = argc == 3;
+  cpu::set_num_threads(threads);
   std::filesystem::create_directories(dir);
   struct Model {
     std::string name;
@@ -59,7 +73,8 @@ int main(int argc, char** argv) try {
                     quick ? std::vector<std::int64_t>{1, 16} : std::vector<std::int64_t>{1, 64, 256}});
   models.push_back({"resnet18_cifar", nn::resnet18_cifar<float>(init), Shape{1, 3, 32, 32},
                     quick ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{1, 16}});
-  std::printf("{\"threads\": 1, \"models\": [");
+  std::printf("{\"threads\": %d, \"gemm\": \"%.*s\", \"models\": [", cpu::num_threads(),
+              static_cast<int>(cpu::gemm_library().size()), cpu::gemm_library().data());
   for (std::size_t m = 0; m < models.size(); ++m) {
     auto& md = models[m];
     md.net.eval();

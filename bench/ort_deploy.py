@@ -2,11 +2,11 @@
 """ONNX Runtime's CPU provider on the models bench/bench_deploy_cpu exported, against cutrain's
 CPU engine, with the ratios.
 
-  bench/ort_deploy.py bench_deploy_cpu.json [--threads 1] [--out FILE]
+  bench/ort_deploy.py bench_deploy_cpu.json [--threads N] [--out FILE]
 
 bench_deploy_cpu.json is bench_deploy_cpu's output (it names each model's ONNX file per batch
 size). Each file runs in an InferenceSession with CPUExecutionProvider, all graph optimizations
-on, intra- and inter-op threads set to --threads (1: cutrain's CPU backend is single-threaded),
+on, intra- and inter-op threads set to --threads (default: the thread count bench_deploy_cpu ran with),
 sequential execution, on a random f32 input of the file's shape; timed as bench_deploy_cpu times
 the engine: 3 warm-up calls, then as many calls as fit in ~2 s (at least 5), median. Prints a
 table of cutrain / ONNX Runtime per row; --out writes the rows as JSON.
@@ -34,11 +34,13 @@ def median_ms(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cutrain")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int)
     ap.add_argument("--out")
     a = ap.parse_args()
     with open(a.cutrain) as f:
         ours = json.load(f)
+    if a.threads is None:
+        a.threads = ours.get("threads", 1)
     rows = []
     print(f"ONNX Runtime {ort.__version__} CPUExecutionProvider, {a.threads} thread(s), f32, median ms per call")
     print(f"{'model':<20} {'batch':>5} {'cutrain':>10} {'onnxruntime':>12} {'ratio':>7}")
@@ -59,7 +61,8 @@ def main():
                          "ratio": ratio})
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"onnxruntime": ort.__version__, "threads": a.threads, "rows": rows}, f, indent=1)
+            json.dump({"onnxruntime": ort.__version__, "threads": a.threads,
+                       "cutrain_gemm": ours.get("gemm", "Eigen"), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

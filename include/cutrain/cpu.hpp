@@ -10,6 +10,7 @@
 #include "cutrain/core/safetensors.hpp"
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/core/view.hpp"
+#include "cutrain/cpu/threads.hpp"
 #include "cutrain/data/idx.hpp"
 #include "cutrain/data/text.hpp"
 #include "cutrain/deploy/engine.hpp"  // runs on either device; on the CPU it needs no CUDA

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cutrain/core/params/conv2d.hpp"
+#include "cutrain/cpu/activation.hpp"
 #include "cutrain/cpu/common.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::cpu {
@@ -35,6 +37,31 @@ struct ConvGeometry {
     return R == 1 && S == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 0 && p.pad_bottom == 0 &&
            p.pad_left == 0 && p.pad_right == 0;
   }
+};
+
+// One sample's column matrix [Cg*R*S, Ho*Wo]. Up to 8M elements it lives in a buffer per thread
+// that grows to the largest conv the thread has run and is reused, so that a conv allocates,
+// zero-fills and page-faults no scratch memory per call (im2col writes every entry, zeros
+// included); a larger one is allocated for the call alone.
+template <class T>
+class ColScratch {
+ public:
+  explicit ColScratch(std::int64_t elements) {
+    const auto n = static_cast<std::size_t>(elements);
+    thread_local std::vector<T> kept;
+    if (n <= (std::size_t{8} << 20)) {
+      if (kept.size() < n) kept.resize(n);
+      ptr_ = kept.data();
+    } else {
+      own_ = std::make_unique_for_overwrite<T[]>(n);
+      ptr_ = own_.get();
+    }
+  }
+  T* get() const { return ptr_; }
+
+ private:
+  std::unique_ptr<T[]> own_;
+  T* ptr_ = nullptr;
 };
 
 // Output columns [lo, hi) whose input column ow * stride + first lies inside [0, size).
@@ -80,7 +107,10 @@ void im2col(const T* x, T* col, const ConvGeometry& g) {
     }
     const T* src = x + in_row * W;
     std::fill(dst, dst + lo, T(0));
-    for (std::int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * sw + iw0];
+    if (sw == 1)
+      std::copy(src + lo + iw0, src + hi + iw0, dst + lo);
+    else
+      for (std::int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * sw + iw0];
     std::fill(dst + hi, dst + Wo, T(0));
   });
 }
@@ -129,29 +159,79 @@ Tensor<T> to_layout_of(Tensor<T> result, const Tensor<T>& like) {
   return out;
 }
 
-}  // namespace detail
+// y[k, i] = act(y[k, i] + bias[k] + r[k, i]) over a block of `rows` output channels of n
+// elements (bias and r may be null): the conv's epilogue, run on each GEMM's output while it is
+// in cache. ReLU and identity get loops of their own, which the compiler vectorizes.
+template <class T>
+void conv_epilogue(T* y, const T* bias, const T* r, std::int64_t rows, std::int64_t n, const ActivationParams& act) {
+  const auto run = [&](auto f) {
+    for (std::int64_t k = 0; k < rows; ++k) {
+      T* yk = y + k * n;
+      const T b = bias ? bias[k] : T(0);
+      const T* rk = r ? r + k * n : nullptr;
+      if (rk)
+        for (std::int64_t i = 0; i < n; ++i) yk[i] = f(yk[i] + b + rk[i]);
+      else
+        for (std::int64_t i = 0; i < n; ++i) yk[i] = f(yk[i] + b);
+    }
+  };
+  if (act.kind == Activation::identity)
+    run([](T v) { return v; });
+  else if (act.kind == Activation::relu)
+    run([](T v) { return v > T(0) ? v : T(0); });
+  else
+    run([&](T v) { return act_forward(v, act); });
+}
 
-// y[n, k] = bias[k] + sum_{c, r, s} w[k, c, r, s] * x[n, g*Cg + c, oh*sh - pt + r*dh, ow*sw - pl + s*dw]
-// (zero outside x), for k in group g. bias may be undefined. y takes x's layout.
-template <CpuFloat T>
-Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Conv2dParams& p) {
-  const detail::ConvGeometry g(x.shape(), w.shape(), p, "conv2d_forward");
+template <class T>
+Tensor<T> conv2d_forward_impl(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Tensor<T>& residual,
+                              const ActivationParams& act, const Conv2dParams& p, std::string_view op) {
+  const ConvGeometry g(x.shape(), w.shape(), p, op);
+  const Shape y_shape{g.N, g.K, g.Ho, g.Wo};
+  CUTRAIN_REQUIRE(!residual.defined() || residual.shape() == y_shape, InvalidArgument, op, "the residual must have the output's shape ",
+                  y_shape, ", got ", residual.describe());
+  CUTRAIN_REQUIRE(!bias.defined() || bias.numel() == g.K, InvalidArgument, op, "the bias must have ", g.K, " elements, got ",
+                  bias.describe());
   const Tensor<T> xs = detail::to_nchw(x), ws = detail::to_nchw(w);
-  Tensor<T> y({g.N, g.K, g.Ho, g.Wo});
+  const Tensor<T> rs = residual.defined() ? detail::to_nchw(residual) : Tensor<T>{};
+  Tensor<T> y(y_shape);
   Tensor<T> bs = bias.defined() ? row_major(bias) : Tensor<T>{};
   const bool pointwise = g.is_pointwise();
-  std::vector<T> col(pointwise ? 0 : static_cast<std::size_t>(g.crs() * g.out_hw()));
+  const detail::ColScratch<T> scratch(pointwise ? 0 : g.crs() * g.out_hw());
+  T* col = pointwise ? nullptr : scratch.get();
   for (std::int64_t n = 0; n < g.N; ++n)
     for (std::int64_t gi = 0; gi < g.groups; ++gi) {
       const T* xg = xs.data() + (n * g.C + gi * g.Cg) * g.hw();
-      if (!pointwise) detail::im2col(xg, col.data(), g);
-      ConstMapRM<T> cm(pointwise ? xg : col.data(), g.crs(), g.out_hw());
+      if (!pointwise) detail::im2col(xg, col, g);
+      ConstMapRM<T> cm(pointwise ? xg : col, g.crs(), g.out_hw());
       ConstMapRM<T> wg(ws.data() + gi * g.Kg * g.crs(), g.Kg, g.crs());
-      MapRM<T> yg(y.data() + (n * g.K + gi * g.Kg) * g.out_hw(), g.Kg, g.out_hw());
+      const std::int64_t at = (n * g.K + gi * g.Kg) * g.out_hw();
+      MapRM<T> yg(y.data() + at, g.Kg, g.out_hw());
       yg.noalias() = wg * cm;
-      if (bs.defined()) yg.colwise() += Eigen::Map<const Eigen::Vector<T, Eigen::Dynamic>>(bs.data() + gi * g.Kg, g.Kg);
+      if (bs.defined() || rs.defined() || act.kind != Activation::identity)
+        detail::conv_epilogue(y.data() + at, bs.defined() ? bs.data() + gi * g.Kg : nullptr,
+                              rs.defined() ? rs.data() + at : nullptr, g.Kg, g.out_hw(), act);
     }
   return detail::to_layout_of(std::move(y), x);
+}
+}  // namespace detail
+
+// y = act(conv(x, w) + bias + residual): y[n, k] = bias[k] + sum_{c, r, s} w[k, c, r, s] *
+// x[n, g*Cg + c, oh*sh - pt + r*dh, ow*sw - pl + s*dw] (zero outside x), for k in group g, then
+// the residual (y's shape) added and the activation applied, in one pass over each sample's
+// output right after its GEMM. bias and residual may be undefined. y takes x's layout.
+template <CpuFloat T>
+Tensor<T> conv2d_fused_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Tensor<T>& residual,
+                               const ActivationParams& act, const Conv2dParams& p) {
+  return detail::conv2d_forward_impl(x, w, bias, residual, act, p, "conv2d_fused_forward");
+}
+
+// y = conv(x, w) + bias: conv2d_fused_forward with no residual and no activation. bias may be
+// undefined. y takes x's layout.
+template <CpuFloat T>
+Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Conv2dParams& p) {
+  return detail::conv2d_forward_impl(x, w, bias, Tensor<T>{}, ActivationParams{.kind = Activation::identity}, p,
+                                     "conv2d_forward");
 }
 
 template <CpuFloat T>
@@ -167,15 +247,16 @@ Tensor<T> conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Sh
   const Tensor<T> dys = detail::to_nchw(dy), ws = detail::to_nchw(w);
   Tensor<T> dx(x_shape);  // zero-filled: col2im accumulates into it
   const bool pointwise = g.is_pointwise();
-  std::vector<T> col(pointwise ? 0 : static_cast<std::size_t>(g.crs() * g.out_hw()));
+  const detail::ColScratch<T> scratch(pointwise ? 0 : g.crs() * g.out_hw());
+  T* col = pointwise ? nullptr : scratch.get();
   for (std::int64_t n = 0; n < g.N; ++n)
     for (std::int64_t gi = 0; gi < g.groups; ++gi) {
       T* dxg = dx.data() + (n * g.C + gi * g.Cg) * g.hw();
       ConstMapRM<T> wg(ws.data() + gi * g.Kg * g.crs(), g.Kg, g.crs());
       ConstMapRM<T> dyg(dys.data() + (n * g.K + gi * g.Kg) * g.out_hw(), g.Kg, g.out_hw());
-      MapRM<T> cm(pointwise ? dxg : col.data(), g.crs(), g.out_hw());
+      MapRM<T> cm(pointwise ? dxg : col, g.crs(), g.out_hw());
       cm.noalias() = wg.transpose() * dyg;
-      if (!pointwise) detail::col2im(col.data(), dxg, g);
+      if (!pointwise) detail::col2im(col, dxg, g);
     }
   return detail::to_layout_of(std::move(dx), dy);
 }
@@ -189,12 +270,13 @@ Tensor<T> conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const 
   const Tensor<T> dys = detail::to_nchw(dy), xs = detail::to_nchw(x);
   Tensor<T> dw(w_shape);  // zero-filled: samples accumulate into it
   const bool pointwise = g.is_pointwise();
-  std::vector<T> col(pointwise ? 0 : static_cast<std::size_t>(g.crs() * g.out_hw()));
+  const detail::ColScratch<T> scratch(pointwise ? 0 : g.crs() * g.out_hw());
+  T* col = pointwise ? nullptr : scratch.get();
   for (std::int64_t n = 0; n < g.N; ++n)
     for (std::int64_t gi = 0; gi < g.groups; ++gi) {
       const T* xg = xs.data() + (n * g.C + gi * g.Cg) * g.hw();
-      if (!pointwise) detail::im2col(xg, col.data(), g);
-      ConstMapRM<T> cm(pointwise ? xg : col.data(), g.crs(), g.out_hw());
+      if (!pointwise) detail::im2col(xg, col, g);
+      ConstMapRM<T> cm(pointwise ? xg : col, g.crs(), g.out_hw());
       ConstMapRM<T> dyg(dys.data() + (n * g.K + gi * g.Kg) * g.out_hw(), g.Kg, g.out_hw());
       MapRM<T> dwg(dw.data() + gi * g.Kg * g.crs(), g.Kg, g.crs());
       dwg.noalias() += dyg * cm.transpose();

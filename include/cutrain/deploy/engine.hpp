@@ -313,7 +313,13 @@ class Engine {
             if (std::optional<Tensor<E>> y = run_e4m3(i, v)) return std::move(*y);
 #endif
         if (s.in2 >= 0 && fused_[i]) return std::move((*fused_[i])(x, s.w, s.b, v[static_cast<std::size_t>(s.in2)])[0]);
-        if (s.in2 >= 0) {  // the CPU: act(conv + bias + residual) in three passes
+        if (s.in2 >= 0 && x.device().is_cpu())  // act(conv + bias + residual) in the conv's epilogue
+          if constexpr (CpuFloat<E>) {
+            profile::OpScope timed("conv2d_fused_forward", x.device());
+            return cpu::conv2d_fused_forward(x, s.w, s.b.reshape({s.w.dim(0)}), v[static_cast<std::size_t>(s.in2)], s.act,
+                                             s.conv);
+          }
+        if (s.in2 >= 0) {  // no fused graph: act(conv + bias + residual) in three passes
           Tensor<E> y = ops::binary(BinaryOp::add, ops::conv2d_forward(x, s.w, s.b.reshape({s.w.dim(0)}), s.conv),
                                     v[static_cast<std::size_t>(s.in2)]);
           return s.act.kind == Activation::identity ? std::move(y) : ops::activation_forward(y, s.act);

@@ -55,7 +55,8 @@ Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Conv2dPar
   return conv2d_forward(x, w, Tensor<T>{}, p);
 }
 
-// y = act(conv(x, w) + bias): on the GPU one fused cuDNN graph, on the CPU the two ops in turn.
+// y = act(conv(x, w) + bias): on the GPU one fused cuDNN graph, on the CPU the bias and the
+// activation applied to each sample's GEMM output (cpu::conv2d_fused_forward).
 // bias may be undefined. The backward is conv2d_backward_* after activation_backward(conv out).
 template <class T>
 Tensor<T> conv2d_bias_activation_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias,
@@ -69,7 +70,7 @@ Tensor<T> conv2d_bias_activation_forward(const Tensor<T>& x, const Tensor<T>& w,
   return detail::dispatch<Tensor<T>>(
       op,
       [&](const auto& x, const auto& w, const auto& bias) {
-        return cpu::activation_forward(cpu::conv2d_forward(x, w, bias, p), act);
+        return cpu::conv2d_fused_forward(x, w, bias, std::decay_t<decltype(x)>{}, act, p);
       },
       CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& bias) {
         Tensor<T> y = detail::device_output<T>(ys, x);
