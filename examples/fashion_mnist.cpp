@@ -43,6 +43,7 @@
 #include "cutrain/data/loader.hpp"
 #include "cutrain/nn.hpp"
 #ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/kernels/prebuild.hpp"
 #include "cutrain/cuda/warm_start.hpp"
 #endif
 
@@ -241,9 +242,16 @@ int main(int argc, char** argv) {
       o.deterministic_only = true;
       cuda::autotune::set_options(o);
     }
-    if (!dev.is_cpu())
+    if (!dev.is_cpu()) {
       cuda::warm_start(cutrain::detail::cat("fashion_mnist-", nn::to_string(args.precision), "-", args.autotune,
                                             args.deterministic ? "-deterministic" : ""));
+      // The NVRTC kernels this precision can launch, compiled on background threads while the
+      // data loads (skipped where the kernel cache has them; CUTRAIN_KERNEL_PREFETCH=0: off).
+      cuda::kernels::prefetch(cuda::kernels::programs_for(args.precision == nn::Precision::bf16  ? "cutrain_bf16"
+                                                          : args.precision == nn::Precision::f16 ? "cutrain_f16"
+                                                                                                 : "float"),
+                              cuda::kernels::detail::device_arch(dev.index));
+    }
 #endif
 
     data::ImageDataset<float> train_full, test_set;
@@ -435,6 +443,16 @@ int main(int argc, char** argv) {
       std::printf("loss scale %g, %lld step(s) skipped on overflow\n", scaler.scale(),
                   static_cast<long long>(scaler.skipped_steps()));
     std::printf("total wall time %.1f s from process start\n", seconds(t_start, Clock::now()));
+#ifdef CUTRAIN_WITH_CUDA
+    if (!dev.is_cpu()) {
+      const auto& k = cuda::kernels::stats();
+      std::printf("NVRTC kernels: %llu compiled, %llu from the disk cache, %llu from a seed directory, %llu waited for "
+                  "a prefetch; %.1f s in first loads\n",
+                  static_cast<unsigned long long>(k.compiles.load()), static_cast<unsigned long long>(k.disk_hits.load()),
+                  static_cast<unsigned long long>(k.seed_hits.load()),
+                  static_cast<unsigned long long>(k.prefetch_waits.load()), static_cast<double>(k.load_micros.load()) / 1e6);
+    }
+#endif
     std::printf("final test accuracy %.2f%%, %.0f images/s\n", last.accuracy,
                 train_seconds > 0 ? static_cast<double>(images_total) / train_seconds : 0.0);
     return 0;

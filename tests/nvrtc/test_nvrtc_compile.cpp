@@ -1,6 +1,6 @@
 // Compiles every kernel source of the CUDA backend, in every dtype instantiation, with NVRTC for
-// sm_90, and checks the NVRTC disk cache's file logic. No GPU needed: nothing here touches the
-// CUDA runtime or driver, so this runs in CI.
+// sm_90, and checks the NVRTC disk cache's file logic, prebuilding, seed directories and
+// prefetch. No GPU needed: nothing here touches the CUDA runtime or driver, so this runs in CI.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/prebuild.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"
 #include "../scoped_env.hpp"
 
@@ -212,4 +213,66 @@ TEST_CASE("a cache directory that cannot be created is skipped, not fatal") {
   CHECK(!img.bytes.empty());
   CHECK_FALSE(fs::exists(img.file));
   fs::remove_all(base);
+}
+
+TEST_CASE("prebuild compiles into the cache on threads; a seed directory spares the compile") {
+  const std::vector<Program> two = {programs::activation("float"), programs::cast("float", "cutrain_bf16")};
+  const fs::path seed = fresh_dir("kernel_seed");
+  {
+    ScopedEnv cache("CUTRAIN_KERNEL_CACHE", seed.string());
+    ScopedEnv no_seed("CUTRAIN_KERNEL_SEED", "");
+    const auto first = prebuild(two, 90, 2);
+    CHECK(first.programs == 2);
+    CHECK(first.compiled == 2);
+    CHECK(first.from_disk == 0);
+    CHECK(first.threads == 2);
+    CHECK(count_files(seed) == 2);
+    const auto again = prebuild(two, 90);
+    CHECK(again.compiled == 0);
+    CHECK(again.from_disk == 2);
+  }
+  // A fresh cache with the seed: both images are copied in, nothing is compiled.
+  const fs::path cache_dir = fresh_dir("kernel_seeded");
+  ScopedEnv cache("CUTRAIN_KERNEL_CACHE", cache_dir.string());
+  ScopedEnv with_seed("CUTRAIN_KERNEL_SEED", "/no/such/dir:" + seed.string());
+  REQUIRE(kernel_seed_dirs() == std::vector<fs::path>{"/no/such/dir", seed});
+  const auto compiles = stats().compiles.load(), seeded = stats().seed_hits.load();
+  for (const Program& p : two) {
+    const Image img = image_for(p, 90);
+    CHECK(img.from_disk);
+    CHECK(!img.bytes.empty());
+  }
+  CHECK(stats().compiles.load() == compiles);
+  CHECK(stats().seed_hits.load() == seeded + 2);
+  CHECK(count_files(cache_dir) == 2);
+  CHECK_THROWS_AS(prebuild(two, 90, -1), InvalidArgument);
+}
+
+TEST_CASE("prefetch compiles in the background; a load waits for it instead of compiling again") {
+  const fs::path cache_dir = fresh_dir("kernel_prefetch");
+  ScopedEnv cache("CUTRAIN_KERNEL_CACHE", cache_dir.string());
+  ScopedEnv no_seed("CUTRAIN_KERNEL_SEED", "");
+  const std::vector<Program> two = {programs::reduce("float"), programs::softmax("float")};
+  const auto compiles = stats().compiles.load();
+  CHECK(prefetch(two, 90, 2) == 2);
+  CHECK(prefetch(two, 90) == 0);  // queued already
+  for (const Program& p : two) CHECK(image_for(p, 90).from_disk);  // waited for the background compile
+  CHECK(stats().compiles.load() == compiles + 2);                // each compiled once
+  CHECK(count_files(cache_dir) == 2);
+  {
+    ScopedEnv off("CUTRAIN_KERNEL_PREFETCH", "0");
+    CHECK(prefetch({programs::index("float")}, 90) == 0);
+  }
+  CHECK_THROWS_AS(prefetch(two, 90, 65), InvalidArgument);
+  // The programs a dtype can launch: its instantiations, its casts both ways, and the copy.
+  const auto f32 = programs_for("float");
+  std::set<std::string> names;
+  for (const auto& p : f32) names.insert(p.name);
+  CHECK(names.count("copy") == 1);
+  CHECK(names.count("elementwise_float") == 1);
+  CHECK(names.count("cast_float_cutrain_bf16") == 1);
+  CHECK(names.count("cast_cutrain_f16_float") == 1);
+  CHECK(names.count("elementwise_cutrain_bf16") == 0);
+  CHECK(names.count("cast_cutrain_bf16_cutrain_f16") == 0);
+  CHECK(f32.size() == 1 + 15 + 5);  // copy, 15 programs, casts float->3 and 2 others->float
 }

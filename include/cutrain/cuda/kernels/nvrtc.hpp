@@ -20,7 +20,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,8 +38,6 @@
 #ifdef CUTRAIN_WITH_CUDA
 #include <cuda.h>
 
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "cutrain/core/tensor.hpp"
@@ -80,6 +81,8 @@ inline std::filesystem::path cache_file(const Program& p, const Target& t) {
 struct KernelStats {
   std::atomic<std::uint64_t> compiles{0};      // NVRTC compilations
   std::atomic<std::uint64_t> disk_hits{0};     // images read from a valid cache file
+  std::atomic<std::uint64_t> seed_hits{0};     // images copied in from a seed directory ($CUTRAIN_KERNEL_SEED)
+  std::atomic<std::uint64_t> prefetch_waits{0};  // loads that waited for a background compile (prefetch)
   std::atomic<std::uint64_t> disk_rejects{0};  // cache files ignored: corrupt, unreadable or refused by the driver
   std::atomic<std::uint64_t> module_loads{0};  // modules loaded into a device's context
   std::atomic<std::uint64_t> memory_hits{0};   // lookups served by the loaded-module map
@@ -146,14 +149,56 @@ struct Image {
   std::filesystem::path file;  // its cache file (empty: no disk cache)
 };
 
+// Read-only directories of cache files compiled elsewhere ($CUTRAIN_KERNEL_SEED, ':'-separated;
+// examples/prebuild_kernels writes one at build time): a program missing from the cache is looked
+// up there (by the same file name) and copied in before NVRTC is asked.
+inline std::vector<std::filesystem::path> kernel_seed_dirs() {
+  std::vector<std::filesystem::path> dirs;
+  const char* v = std::getenv("CUTRAIN_KERNEL_SEED");
+  for (std::string_view rest = v ? v : ""; !rest.empty();) {
+    const std::size_t colon = std::min(rest.find(':'), rest.size());
+    if (colon > 0) dirs.emplace_back(std::string(rest.substr(0, colon)));
+    rest.remove_prefix(std::min(colon + 1, rest.size()));
+  }
+  return dirs;
+}
+
+namespace detail {
+// Compiles that kernels::prefetch has queued or started, by cache file: a load of the same
+// program waits for it instead of compiling the program a second time.
+struct Inflight {
+  std::mutex mutex;
+  std::map<std::string, std::shared_future<void>> jobs;
+};
+inline Inflight& inflight() {
+  static auto* f = new Inflight();  // never destroyed: prefetch threads may outlive main's statics
+  return *f;
+}
+inline void wait_inflight(const std::filesystem::path& file) {
+  std::shared_future<void> job;
+  {
+    auto& f = inflight();
+    std::lock_guard lock(f.mutex);
+    const auto it = f.jobs.find(file.string());
+    if (it == f.jobs.end()) return;
+    job = it->second;
+  }
+  if (job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) ++stats().prefetch_waits;
+  job.wait();
+}
+}  // namespace detail
+
 // The image of a program for a GPU of compute capability arch: read from the disk cache when a
-// valid file is there (and use_cache_file), else compiled with NVRTC and written to the cache.
-// A cache that cannot be read or written is skipped, never fatal.
-inline Image image_for(const Program& p, int arch, bool use_cache_file = true) {
+// valid file is there (and use_cache_file), else copied in from a seed directory, else compiled
+// with NVRTC and written to the cache. A cache that cannot be read or written is skipped, never
+// fatal. A compile kernels::prefetch has under way is waited for first (unless !wait_prefetch:
+// the prefetch threads themselves).
+inline Image image_for(const Program& p, int arch, bool use_cache_file = true, bool wait_prefetch = true) {
   Image img;
   img.target = target_for(arch);
   img.file = cache_file(p, img.target);
   if (use_cache_file && !img.file.empty()) {
+    if (wait_prefetch) detail::wait_inflight(img.file);
     if (auto bytes = detail::read_cache_file(img.file)) {
       img.bytes = std::move(*bytes);
       img.from_disk = true;
@@ -162,6 +207,14 @@ inline Image image_for(const Program& p, int arch, bool use_cache_file = true) {
     }
     std::error_code ec;
     if (std::filesystem::exists(img.file, ec)) ++stats().disk_rejects;
+    for (const auto& dir : kernel_seed_dirs())
+      if (auto bytes = detail::read_cache_file(dir / img.file.filename())) {
+        detail::write_cache_file(img.file, *bytes);
+        img.bytes = std::move(*bytes);
+        img.from_disk = true;
+        ++stats().seed_hits;
+        return img;
+      }
   }
   img.bytes = compile(p.source, img.target, p.name + ".cu").image;
   ++stats().compiles;

@@ -1,0 +1,175 @@
+// Kernels compiled before their first launch, so that a program's first steps do not wait for
+// NVRTC. Needs nvrtc.h only (no GPU): the kernels of a GPU architecture can be compiled on a
+// build machine into a directory that travels with the program (CUTRAIN_KERNEL_SEED), or at a
+// program's start on background threads (prefetch).
+//
+//   prebuild(all_programs(), 90);        // now, on the calling thread and helpers; returns counts
+//   prefetch(programs_for("float"), 90); // in the background; a launch waits for its program only
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "cutrain/cuda/kernels/nvrtc.hpp"
+#include "cutrain/cuda/kernels/programs.hpp"
+
+namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
+
+// The programs a model in element type t (a device type name: "float", "cutrain_bf16",
+// "cutrain_f16") can launch: every program instantiated for t, the copy kernel, and the casts
+// from and to t (mixed precision casts f32 master weights to t and back).
+inline std::vector<Program> programs_for(std::string_view t) {
+  std::vector<Program> out{programs::copy()};
+  for (Program& p : all_programs())  // instantiations are named NAME_T (casts cast_T_U)
+    if (p.name != out[0].name && p.name.find(t) != std::string::npos) out.push_back(std::move(p));
+  return out;
+}
+
+struct PrebuildReport {
+  std::size_t programs = 0;   // asked for
+  std::size_t compiled = 0;   // compiled with NVRTC now
+  std::size_t from_disk = 0;  // already in the cache (or copied from a seed directory)
+  int threads = 0;
+  double seconds = 0;
+};
+
+namespace detail {
+inline int prebuild_threads(int threads, std::size_t programs) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t n = threads > 0 ? static_cast<std::size_t>(threads) : cores;
+  return static_cast<int>(std::clamp<std::size_t>(std::min(n, programs), 1, 64));
+}
+}  // namespace detail
+
+// Compiles every program for a GPU of compute capability arch into the kernel disk cache
+// (kernel_cache_dir()), on `threads` threads (0: one per core), and returns when all are there.
+// A program already cached is read, not compiled. Throws NvrtcError when one does not compile,
+// and InvalidArgument when there is no cache directory to write to.
+inline PrebuildReport prebuild(const std::vector<Program>& programs, int arch, int threads = 0) {
+  CUTRAIN_REQUIRE(!kernel_cache_dir().empty(), InvalidArgument, "cuda::kernels::prebuild",
+                  "there is no kernel cache directory: set CUTRAIN_KERNEL_CACHE (or HOME / XDG_CACHE_HOME)");
+  CUTRAIN_REQUIRE(threads >= 0, InvalidArgument, "cuda::kernels::prebuild", "threads must be >= 0, got ", threads);
+  PrebuildReport report;
+  report.programs = programs.size();
+  report.threads = detail::prebuild_threads(threads, programs.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<std::size_t> next{0}, compiled{0}, cached{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  const auto work = [&] {
+    for (std::size_t i; (i = next++) < programs.size();) {
+      try {
+        (image_for(programs[i], arch).from_disk ? cached : compiled)++;
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < report.threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  report.compiled = compiled;
+  report.from_disk = cached;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+namespace detail {
+// The prefetch threads still running; exit waits for them (a compile takes a second or two) so
+// that NVRTC is not torn down under them.
+struct PrefetchPool {
+  std::mutex mutex;
+  std::condition_variable idle;
+  int busy = 0;
+  bool stopping = false;
+};
+inline PrefetchPool& prefetch_pool() {
+  static auto* p = new PrefetchPool();
+  static struct Drain {
+    ~Drain() {
+      auto& p = prefetch_pool();
+      std::unique_lock lock(p.mutex);
+      p.stopping = true;
+      p.idle.wait_for(lock, std::chrono::seconds(30), [&] { return p.busy == 0; });
+    }
+  } drain;
+  return *p;
+}
+}  // namespace detail
+
+// Starts compiling the programs for arch into the kernel disk cache on `threads` background
+// threads (0: half the cores, at most 8) and returns at once. A program that is cached already
+// is skipped; a launch that needs a program still being compiled waits for that compile (see
+// image_for). Never throws for a program that fails: its launch compiles it again and reports
+// the error then. Does nothing without a kernel cache directory, or with CUTRAIN_KERNEL_PREFETCH=0.
+// Returns how many it queued.
+inline std::size_t prefetch(const std::vector<Program>& programs, int arch, int threads = 0) {
+  CUTRAIN_REQUIRE(threads >= 0 && threads <= 64, InvalidArgument, "cuda::kernels::prefetch", "threads ", threads,
+                  " must be 0 (automatic) to 64");
+  if (const char* v = std::getenv("CUTRAIN_KERNEL_PREFETCH"); v && std::string_view(v) == "0") return 0;
+  if (kernel_cache_dir().empty()) return 0;
+  const Target target = target_for(arch);
+  struct Job {
+    Program program;
+    std::shared_ptr<std::promise<void>> done;
+  };
+  auto jobs = std::make_shared<std::vector<Job>>();
+  {
+    auto& f = detail::inflight();
+    std::lock_guard lock(f.mutex);
+    for (const Program& p : programs) {
+      const auto file = cache_file(p, target);
+      std::error_code ec;
+      if (f.jobs.contains(file.string()) || std::filesystem::exists(file, ec)) continue;
+      auto done = std::make_shared<std::promise<void>>();
+      f.jobs.emplace(file.string(), done->get_future().share());
+      jobs->push_back({p, std::move(done)});
+    }
+  }
+  if (jobs->empty()) return 0;
+  const unsigned cores = std::max(2u, std::thread::hardware_concurrency());
+  const std::size_t n = threads > 0 ? static_cast<std::size_t>(threads) : std::min<std::size_t>(8, cores / 2);
+  auto next = std::make_shared<std::atomic<std::size_t>>(0);
+  auto& pool = detail::prefetch_pool();
+  for (std::size_t t = 0; t < std::min(n, jobs->size()); ++t) {
+    {
+      std::lock_guard lock(pool.mutex);
+      ++pool.busy;
+    }
+    std::thread([jobs, next, arch] {
+      auto& pool = detail::prefetch_pool();
+      for (std::size_t i; (i = (*next)++) < jobs->size();) {
+        bool stop = false;
+        {
+          std::lock_guard lock(pool.mutex);
+          stop = pool.stopping;
+        }
+        try {
+          if (!stop) (void)image_for((*jobs)[i].program, arch, true, false);
+        } catch (...) {  // the launch compiles it again and throws there
+        }
+        (*jobs)[i].done->set_value();
+      }
+      std::lock_guard lock(pool.mutex);
+      --pool.busy;
+      pool.idle.notify_all();
+    }).detach();
+  }
+  return jobs->size();
+}
+
+}  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels
