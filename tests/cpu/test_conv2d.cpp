@@ -1,5 +1,6 @@
 // conv2d: hand-computed forward values, gradient checks of the three backward functions over
 // a table of geometries in both layouts, float against double, strided inputs, and bad input.
+#include "direct_conv.hpp"
 #include "gradcheck.hpp"
 
 #include <limits>
@@ -60,29 +61,6 @@ struct ConvData {
   }
 };
 
-// The convolution sum written out directly, element by element, as an independent oracle.
-std::vector<double> direct_conv(const Tensor<double>& x, const Tensor<double>& w, const Tensor<double>& b,
-                                const Conv2dParams& p) {
-  const Shape ys = conv2d_output_shape(x.shape(), w.shape(), p);
-  const std::int64_t Cg = w.dim(1), Kg = w.dim(0) / p.groups;
-  std::vector<double> y;
-  for (std::int64_t n = 0; n < ys[0]; ++n)
-    for (std::int64_t k = 0; k < ys[1]; ++k)
-      for (std::int64_t oh = 0; oh < ys[2]; ++oh)
-        for (std::int64_t ow = 0; ow < ys[3]; ++ow) {
-          double acc = b(k);
-          for (std::int64_t c = 0; c < Cg; ++c)
-            for (std::int64_t r = 0; r < w.dim(2); ++r)
-              for (std::int64_t s = 0; s < w.dim(3); ++s) {
-                const std::int64_t ih = oh * p.stride_h - p.pad_top + r * p.dilation_h;
-                const std::int64_t iw = ow * p.stride_w - p.pad_left + s * p.dilation_w;
-                if (ih < 0 || ih >= x.dim(2) || iw < 0 || iw >= x.dim(3)) continue;
-                acc += w(k, c, r, s) * x(n, (k / Kg) * Cg + c, ih, iw);
-              }
-          y.push_back(acc);
-        }
-  return y;
-}
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 // output) against the direct sum and against the separate ops, in both layouts; its column
 // scratch reused across convs of different sizes and the large-conv path; and bad input.
 #include "bad_input.hpp"
+#include "direct_conv.hpp"
 #include "gradcheck.hpp"
 
 #include <cmath>
@@ -18,29 +19,12 @@ using namespace cutrain::test;
 
 namespace {
 
-// act(conv(x, w) + b + r) element by element (x outside the image reads as zero), in f64.
+// act(conv(x, w) + b + r) element by element, in f64.
 std::vector<double> direct(const Tensor<double>& x, const Tensor<double>& w, const Tensor<double>& b,
                            const Tensor<double>& r, const ActivationParams& act, const Conv2dParams& p) {
-  const Shape ys = conv2d_output_shape(x.shape(), w.shape(), p);
-  const std::int64_t Cg = w.dim(1), Kg = w.dim(0) / p.groups;
-  std::vector<double> y;
-  for (std::int64_t n = 0; n < ys[0]; ++n)
-    for (std::int64_t k = 0; k < ys[1]; ++k)
-      for (std::int64_t oh = 0; oh < ys[2]; ++oh)
-        for (std::int64_t ow = 0; ow < ys[3]; ++ow) {
-          double acc = 0;
-          for (std::int64_t c = 0; c < Cg; ++c)
-            for (std::int64_t i = 0; i < w.dim(2); ++i)
-              for (std::int64_t j = 0; j < w.dim(3); ++j) {
-                const std::int64_t ih = oh * p.stride_h - p.pad_top + i * p.dilation_h;
-                const std::int64_t iw = ow * p.stride_w - p.pad_left + j * p.dilation_w;
-                if (ih < 0 || ih >= x.dim(2) || iw < 0 || iw >= x.dim(3)) continue;
-                acc += w(k, c, i, j) * x(n, (k / Kg) * Cg + c, ih, iw);
-              }
-          if (b.defined()) acc += b.flat(k);
-          if (r.defined()) acc += r(n, k, oh, ow);
-          y.push_back(cpu::detail::act_forward(acc, act));
-        }
+  std::vector<double> y = direct_conv(x, w, b, p);
+  const auto rv = r.defined() ? r.contiguous(Layout::row_major).to_vector() : std::vector<double>{};
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = cpu::detail::act_forward(y[i] + (rv.empty() ? 0.0 : rv[i]), act);
   return y;
 }
 

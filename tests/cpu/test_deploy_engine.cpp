@@ -100,6 +100,52 @@ TEST_CASE("deploy engine: residual blocks fuse their add and relu into the last 
   CHECK(engine.memory().arena > 0);
 }
 
+TEST_CASE("deploy engine: layer norm, RMS norm and softmax run as engine steps (f64, f32)", "[deploy]") {
+  Rng rng(35);
+  auto mlp = norm_mlp(rng);
+  const auto engine = deploy::compile<double>(mlp, Shape{5, 12});
+  const std::string r = engine.report();
+  INFO(r);
+  CHECK(r.find("layer_norm [5,16] (layer_norm 1)") != std::string::npos);
+  CHECK(r.find("rms_norm [5,8] (rms_norm 4)") != std::string::npos);
+  CHECK(r.find("softmax [5,8] (softmax 5)") != std::string::npos);
+  CHECK(engine.plan().steps[4].eps == 1e-6);
+  CHECK(engine.plan().steps[5].axis == 1);  // -1 of a 2-d input
+  const auto x = Tensor<double>::uniform(Shape{5, 12}, rng, -2, 2);
+  CHECK(max_diff(engine(x), reference(mlp, x)) < 1e-12);
+  const auto x2 = Tensor<double>::uniform(Shape{2, 12}, rng, -2, 2);
+  CHECK(max_diff(engine(x2), reference(mlp, x2)) < 1e-12);
+  auto cnn = norm_cnn(rng);
+  const auto xc = Tensor<double>::uniform(Shape{3, 3, 6, 6}, rng, -1, 1);
+  const auto want = reference(cnn, xc);
+  for (const Layout l : {Layout::row_major, Layout::nhwc}) {
+    const auto e = deploy::compile<double>(cnn, Shape{3, 3, 6, 6}, {.layout = l});
+    CHECK(max_diff(e(xc.contiguous(l)), want) < 1e-12);
+  }
+  // f32 against the f64 model.
+  const auto e32 = deploy::compile<float>(cnn, Shape{3, 3, 6, 6});
+  CHECK(max_diff(cast<double>(e32(cast<float>(xc))), want) < 1e-4);
+  // A norm whose shape is not the input's trailing dims, or a softmax axis outside it, is refused.
+  run_cases({
+      bad<InvalidArgument>("layer norm shape", "deploy::compile", {"module 1 (LayerNorm over [8])", "[1,16]"},
+                           [&] {
+                             nn::Sequential<double> n{nn::Linear<double>({.in = 4, .out = 16}, rng),
+                                                      nn::LayerNorm<double>({.shape = {8}})};
+                             deploy::compile<double>(n, Shape{1, 4});
+                           }),
+      bad<InvalidArgument>("RMS norm over the batch", "deploy::compile", {"module 0 (RMSNorm over [2,4])"},
+                           [&] {
+                             nn::Sequential<double> n{nn::RMSNorm<double>({.shape = {2, 4}})};
+                             deploy::compile<double>(n, Shape{2, 4});
+                           }),
+      bad<InvalidArgument>("softmax axis", "deploy::compile", {"module 0 (Softmax) axis 2", "2-d"},
+                           [&] {
+                             nn::Sequential<double> n{nn::Softmax{.axis = 2}};
+                             deploy::compile<double>(n, Shape{2, 4});
+                           }),
+  });
+}
+
 TEST_CASE("deploy memory plan: values alive at once never share bytes", "[deploy]") {
   Rng rng(33);
   for (int trial = 0; trial < 50; ++trial) {

@@ -76,6 +76,16 @@ TEST_CASE("engine file: a loaded engine is the saved one (f64 and f32, row-major
   check_round_trip(deploy::compile<double>(net, Shape{4, 3, 8, 8}, {.layout = Layout::nhwc, .min_batch = 2}), dir, rng);
   check_round_trip(deploy::compile<float>(net, Shape{4, 3, 8, 8}), dir, rng);
   check_round_trip(deploy::compile<double>(net, Shape{2, 3, 8, 8}, {.fuse = false}), dir, rng);
+  // Norms and softmax keep eps and axis through the file.
+  nn::Sequential<double> norms{nn::Linear<double>({.in = 6, .out = 8}, rng), nn::LayerNorm<double>({.shape = {8}, .eps = 1e-3}),
+                               nn::RMSNorm<double>({.shape = {8}, .eps = 1e-4}), nn::Softmax{.axis = 0}};
+  randomize(norms, rng);
+  const auto ne = deploy::compile<double>(norms, Shape{3, 6});
+  check_round_trip(ne, dir, rng);
+  const auto nl = deploy::load_engine<double>(dir / "model.engine");
+  CHECK(nl.plan().steps[1].eps == 1e-3);
+  CHECK(nl.plan().steps[2].eps == 1e-4);
+  CHECK(nl.plan().steps[3].axis == 0);
   // The file holds the engine's folded weights, not the model's: loading needs no model.
   const auto f = open_file(dir / "model.engine");
   CHECK(f.metadata.at("dtype") == "f64");
@@ -151,7 +161,7 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
       bad<IoError>("not safetensors", "load_engine", {"text.engine"}, [&] { load_engine<double>(not_st); }),
       bad<IoError>("no metadata", "load_engine", {"not a cutrain engine file", "\"format\""},
                    [&] { load_engine<double>(no_meta); }),
-      bad<IoError>("format version", "load_engine", {"version 7 is not cutrain engine version 1"},
+      bad<IoError>("format version", "load_engine", {"version 7 is not cutrain engine version 2"},
                    [&] { load_engine<double>(format); }),
       bad<IoError>("broken JSON", "load_engine", {"\"plan\" is not valid JSON"}, [&] { load_engine<double>(broken); }),
       bad<IoError>("missing weight", "load_engine", {"does not add up", "conv step has no weight"},

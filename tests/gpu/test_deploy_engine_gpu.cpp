@@ -4,6 +4,7 @@
 // With cuda_graph, replays per batch size give the eager engine's values for fresh inputs, from
 // the default stream and from a stream of the caller's. An engine saved and loaded gives the
 // saved one's outputs, and brings the autotuner's choices for its GPU into the tuner's cache.
+// Layer norm, RMS norm and softmax steps (f32 parameters on the GPU) against the CPU engine.
 #include "parity.hpp"
 
 #include <string>
@@ -50,6 +51,24 @@ TEST_CASE("gpu deploy engine: compiled models match the CPU engine in f64", "[gp
   randomize(cnn, rng);
   check_engine<float>("cnn f32", cnn, Shape{16, 1, 28, 28}, Layout::row_major, rng, 1e-3);
   check_engine<bfloat16>("cnn bf16 nhwc", cnn, Shape{16, 1, 28, 28}, Layout::nhwc, rng, 5e-2);
+}
+
+TEST_CASE("gpu deploy engine: layer norm, RMS norm and softmax steps match the CPU engine; files keep them",
+          "[gpu][deploy]") {
+  Rng rng(44);
+  auto mlp = norm_mlp(rng);
+  check_engine<float>("norm mlp f32", mlp, Shape{32, 12}, Layout::row_major, rng, 1e-4);
+  check_engine<bfloat16>("norm mlp bf16", mlp, Shape{32, 12}, Layout::row_major, rng, 3e-2);
+  auto cnn = norm_cnn(rng);
+  check_engine<float>("norm cnn f32", cnn, Shape{8, 3, 6, 6}, Layout::row_major, rng, 1e-4);
+  check_engine<bfloat16>("norm cnn bf16 nhwc", cnn, Shape{8, 3, 6, 6}, Layout::nhwc, rng, 3e-2);
+  // The norms' f32 parameters travel in the file: the loaded engine gives the same bits.
+  TempDir dir("engine_file_norms_gpu");
+  const auto engine = deploy::compile<bfloat16>(cnn, Shape{8, 3, 6, 6}, {.device = Device::cuda(0), .layout = Layout::nhwc});
+  deploy::save_engine(engine, dir / "norms.engine");
+  const auto loaded = deploy::load_engine<bfloat16>(dir / "norms.engine");
+  auto [x, xr] = random_pair<bfloat16>(Shape{8, 3, 6, 6}, rng, Layout::row_major);
+  check_close("loaded norm engine", loaded(x), cast<double>(engine(x).to(Device::cpu())), 0.0);
 }
 
 TEST_CASE("gpu deploy engine: CUDA-graph replay per batch size matches the eager engine", "[gpu][deploy]") {

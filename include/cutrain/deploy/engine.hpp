@@ -36,8 +36,11 @@
 #include "cutrain/ops/conv2d.hpp"
 #include "cutrain/ops/flatten.hpp"
 #include "cutrain/ops/fusion.hpp"
+#include "cutrain/ops/layer_norm.hpp"
 #include "cutrain/ops/linear.hpp"
 #include "cutrain/ops/pool2d.hpp"
+#include "cutrain/ops/rms_norm.hpp"
+#include "cutrain/ops/softmax.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cuda_graph.hpp"
@@ -339,6 +342,15 @@ class Engine {
       case StepKind::global_avg_pool: return ops::global_avg_pool_forward(x);
       case StepKind::flatten: return ops::flatten(x);
       case StepKind::add: return ops::binary(BinaryOp::add, x, v[static_cast<std::size_t>(s.in2)]);
+      case StepKind::layer_norm:  // parameters in E on the CPU, in f32 on the GPU (wf, bf)
+        if constexpr (CpuFloat<E>)
+          if (x.device().is_cpu()) return ops::layer_norm_forward(x, s.w, s.b, s.eps).y;
+        return ops::layer_norm_forward(x, s.wf, s.bf, s.eps).y;
+      case StepKind::rms_norm:
+        if constexpr (CpuFloat<E>)
+          if (x.device().is_cpu()) return ops::rms_norm_forward(x, s.w, s.eps).y;
+        return ops::rms_norm_forward(x, s.wf, s.eps).y;
+      case StepKind::softmax: return ops::softmax_forward(x, s.axis);
     }
     throw Error("deploy::Engine", "unknown step");
   }
@@ -372,9 +384,13 @@ Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, co
       return t.defined() ? cast<E>(t).contiguous(l).to(o.device) : Tensor<E>{};
     };
     Step<E> d{.kind = s.kind, .in = s.in, .in2 = s.in2, .out = s.out, .conv = s.conv, .pool = s.pool, .act = s.act,
-              .module = s.module, .merged = s.merged};
+              .eps = s.eps, .axis = s.axis, .module = s.module, .merged = s.merged};
     d.w = put(s.w, s.kind == StepKind::conv ? o.layout : Layout::row_major);
     d.b = put(s.b, Layout::row_major);
+    if ((s.kind == StepKind::layer_norm || s.kind == StepKind::rms_norm) && !o.device.is_cpu()) {
+      d.wf = cast<float>(s.w).to(o.device);  // from the model's T: no rounding through E
+      if (s.b.defined()) d.bf = cast<float>(s.b).to(o.device);
+    }
     if (s.kind == StepKind::scale_shift) {  // [C] as [1, C, 1, 1] or [1, C], to broadcast over x
       const Shape bc = plan.shapes[static_cast<std::size_t>(s.in)].rank() == 4 ? Shape{1, d.w.dim(0), 1, 1}
                                                                               : Shape{1, d.w.dim(0)};

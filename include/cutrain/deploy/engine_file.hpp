@@ -42,7 +42,7 @@ namespace cutrain::inline CUTRAIN_ABI::deploy {
 namespace detail {
 
 inline constexpr std::string_view engine_format = "cutrain engine";
-inline constexpr int engine_format_version = 1;
+inline constexpr int engine_format_version = 2;  // 2: steps carry eps and axis (norms, softmax)
 
 // What an engine's plans are valid for, field by field: the library, and on the GPU the card and
 // cuDNN's and cudnn-frontend's versions (the autotuner's environment).
@@ -126,7 +126,7 @@ inline Layout layout_from_json(const std::string& s) {
   return Layout::row_major;
 }
 inline StepKind step_kind(const std::string& s) {
-  for (int k = 0; k <= static_cast<int>(StepKind::add); ++k)
+  for (int k = 0; k <= static_cast<int>(last_step_kind); ++k)
     if (s == to_string(static_cast<StepKind>(k))) return static_cast<StepKind>(k);
   throw InvalidArgument("load_engine", cutrain::detail::cat("step kind \"", s, "\" is unknown"));
 }
@@ -153,7 +153,7 @@ Shape step_output(const Step<E>& s, const std::vector<Shape>& shapes) {
     CUTRAIN_REQUIRE(ok, InvalidArgument, "load_engine", why...);
   };
   need(s.kind == StepKind::pool || s.kind == StepKind::activation || s.kind == StepKind::global_avg_pool ||
-           s.kind == StepKind::flatten || s.kind == StepKind::add || s.w.defined(),
+           s.kind == StepKind::flatten || s.kind == StepKind::add || s.kind == StepKind::softmax || s.w.defined(),
        "a ", to_string(s.kind), " step has no weight");
   need((s.in2 >= 0) == (s.kind == StepKind::add) || s.kind == StepKind::conv, "a ", to_string(s.kind),
        " step has the wrong operand count");
@@ -186,6 +186,18 @@ Shape step_output(const Step<E>& s, const std::vector<Shape>& shapes) {
     case StepKind::flatten: return Shape{x[0], x.numel() / x[0]};
     case StepKind::activation: return x;
     case StepKind::add: need(shapes[static_cast<std::size_t>(s.in2)] == x, "an add step's operands differ"); return x;
+    case StepKind::layer_norm:
+    case StepKind::rms_norm: {
+      const Shape& g = s.w.shape();
+      bool fits = g.rank() < x.rank();
+      for (int d = 0; fits && d < g.rank(); ++d) fits = g[d] == x[x.rank() - g.rank() + d];
+      need(fits, "a ", to_string(s.kind), " step's weight ", g, " is not a trailing part of its input ", x);
+      need((s.kind == StepKind::layer_norm) == s.b.defined() && (!s.b.defined() || s.b.shape() == g), "a ",
+           to_string(s.kind), " step's bias is ", s.b.defined() ? s.b.shape() : Shape{});
+      need(s.eps > 0 && std::isfinite(s.eps), "a ", to_string(s.kind), " step's eps is ", s.eps);
+      return x;
+    }
+    case StepKind::softmax: need(s.axis >= 0 && s.axis < x.rank(), "a softmax step's axis is ", s.axis); return x;
   }
   throw InvalidArgument("load_engine", "unknown step");
 }
@@ -211,10 +223,14 @@ void save_engine(const Engine<E>& engine, const std::filesystem::path& path) {
                                          {"pool", detail::to_json(s.pool)},
                                          {"act", static_cast<int>(s.act.kind)},
                                          {"alpha", s.act.alpha},
+                                         {"eps", s.eps},
+                                         {"axis", s.axis},
                                          {"module", s.module},
                                          {"merged", s.merged}});
     if (s.w.defined()) weights.emplace(cutrain::detail::cat("step", i, ".w"), s.w.view());
     if (s.b.defined()) weights.emplace(cutrain::detail::cat("step", i, ".b"), s.b.view());
+    if (s.wf.defined()) weights.emplace(cutrain::detail::cat("step", i, ".wf"), s.wf.view());
+    if (s.bf.defined()) weights.emplace(cutrain::detail::cat("step", i, ".bf"), s.bf.view());
     if (s.e4m3_ms >= 0) j["timed"] = json::Value::array({static_cast<double>(s.e4m3_ms), static_cast<double>(s.base_ms)});
     if (s.x_scale > 0) {  // 8-bit: the scales, and w in e4m3 (descale follows from them)
       j["x_scale"] = static_cast<double>(s.x_scale);
@@ -352,6 +368,8 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
                     .act = {.kind = static_cast<Activation>(
                                 detail::int_in(json::at(j, "act"), 0, static_cast<int>(Activation::silu), "act")),
                             .alpha = json::as_double(json::at(j, "alpha"))},
+                    .eps = json::as_double(json::at(j, "eps")),
+                    .axis = detail::int_in(json::at(j, "axis"), -1, 7, "axis"),
                     .module = json::as_string(json::at(j, "module"))};
         for (const auto& m : json::as_array(json::at(j, "merged"))) s.merged.push_back(json::as_string(m));
         const auto ready = [&](int v) { return v >= 0 && written[static_cast<std::size_t>(v)]; };
@@ -368,6 +386,20 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
         };
         s.w = take(cutrain::detail::cat("step", i, ".w"), s.kind == StepKind::conv ? o.layout : Layout::row_major);
         s.b = take(cutrain::detail::cat("step", i, ".b"), Layout::row_major);
+        const auto take_f32 = [&](const std::string& name) {  // a norm's parameters in f32, on the GPU
+          const auto it = file.tensors.find(name);
+          if (it == file.tensors.end()) return Tensor<float>{};
+          CUTRAIN_REQUIRE(it->second.dtype() == DType::f32 && !d.is_cpu(), InvalidArgument, op, "tensor ", name, " is ",
+                          it->second.describe());
+          ++tensors_read;
+          return it->second.template get<float>().contiguous(Layout::row_major).to(d);
+        };
+        s.wf = take_f32(cutrain::detail::cat("step", i, ".wf"));
+        s.bf = take_f32(cutrain::detail::cat("step", i, ".bf"));
+        if ((s.kind == StepKind::layer_norm || s.kind == StepKind::rms_norm) && !d.is_cpu())
+          CUTRAIN_REQUIRE(s.wf.defined() && s.wf.shape() == s.w.shape() && s.bf.defined() == s.b.defined() &&
+                              (!s.bf.defined() || s.bf.shape() == s.b.shape()),
+                          InvalidArgument, op, "its f32 norm parameters are missing or misshapen");
         const Shape y = detail::step_output(s, p.shapes);
         CUTRAIN_REQUIRE(y == p.shapes[static_cast<std::size_t>(s.out)], InvalidArgument, op, "it writes ", y,
                         ", the plan says ", p.shapes[static_cast<std::size_t>(s.out)]);

@@ -21,19 +21,26 @@
 #include "cutrain/deploy/common.hpp"
 #include "cutrain/nn/batch_norm.hpp"
 #include "cutrain/nn/conv2d.hpp"
+#include "cutrain/nn/layer_norm.hpp"
 #include "cutrain/nn/layers.hpp"
 #include "cutrain/nn/linear.hpp"
 #include "cutrain/nn/residual.hpp"
+#include "cutrain/nn/rms_norm.hpp"
 #include "cutrain/nn/sequential.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::deploy {
 
 // conv: act(conv(in, w) + b (+ in2)); linear: act(in w^T + b); scale_shift: in * w + b per
-// channel (a batch norm that had no convolution to fold into); add: in + in2.
-enum class StepKind : std::uint8_t { conv, linear, scale_shift, activation, pool, global_avg_pool, flatten, add };
+// channel (a batch norm that had no convolution to fold into); add: in + in2; layer_norm and
+// rms_norm over in's trailing dims w.shape() (w: gamma, b: beta), eps; softmax along axis.
+enum class StepKind : std::uint8_t {
+  conv, linear, scale_shift, activation, pool, global_avg_pool, flatten, add, layer_norm, rms_norm, softmax
+};
+inline constexpr StepKind last_step_kind = StepKind::softmax;
 
 inline const char* to_string(StepKind k) {
-  constexpr const char* names[] = {"conv", "linear", "scale_shift", "activation", "pool", "global_avg_pool", "flatten", "add"};
+  constexpr const char* names[] = {"conv",    "linear", "scale_shift", "activation", "pool",   "global_avg_pool",
+                                   "flatten", "add",    "layer_norm",  "rms_norm",   "softmax"};
   return names[static_cast<int>(k)];
 }
 
@@ -45,6 +52,9 @@ struct Step {
   Pool2dParams pool{};
   ActivationParams act{.kind = Activation::identity};
   Tensor<T> w{}, b{};                 // host, contiguous: weights and bias (scale_shift: scale and shift [C])
+  double eps = 0;                     // layer_norm, rms_norm
+  int axis = -1;                      // softmax
+  Tensor<float> wf{}, bf{};           // layer_norm, rms_norm on the GPU: w and b in f32 (cuDNN's norms take f32 parameters)
   std::string module{};               // the module it came from: "3", "3.conv1"
   std::vector<std::string> merged{};  // what was fused into it: "batch_norm 3.bn1 (folded)", "add", "relu"
   std::vector<double> scale{}, shift{};  // scale_shift: w and b in double, for folding
@@ -119,6 +129,16 @@ class PlanLowering {
       CUTRAIN_REQUIRE(shape(x).rank() >= 1, InvalidArgument, compile_op, "module ", n, " (Flatten) gets a 0-d input");
       return push({.kind = StepKind::flatten, .in = x, .module = n}, Shape{shape(x)[0], shape(x).numel() / shape(x)[0]});
     }
+    if (const auto* ln = m.template get_if<nn::LayerNorm<T>>(i))
+      return norm(StepKind::layer_norm, ln->weight.value(), &ln->bias.value(), ln->options().eps, x, n, "LayerNorm");
+    if (const auto* rn = m.template get_if<nn::RMSNorm<T>>(i))
+      return norm(StepKind::rms_norm, rn->weight.value(), nullptr, rn->options().eps, x, n, "RMSNorm");
+    if (const auto* sm = m.template get_if<nn::Softmax>(i)) {
+      const int r = shape(x).rank();
+      CUTRAIN_REQUIRE(sm->axis >= -r && sm->axis < r, InvalidArgument, compile_op, "module ", n, " (Softmax) axis ",
+                      sm->axis, " is outside a ", r, "-d input ", shape(x));
+      return push({.kind = StepKind::softmax, .in = x, .axis = sm->axis < 0 ? sm->axis + r : sm->axis, .module = n}, shape(x));
+    }
     if (m.template get_if<nn::Dropout>(i)) {  // identity at inference
       p_.removed.push_back("dropout " + n);
       return x;
@@ -166,6 +186,20 @@ class PlanLowering {
     Step<T> s{.kind = StepKind::linear, .in = x, .w = host_copy(l.weight.value()), .module = n};
     if (l.bias.defined()) s.b = host_copy(l.bias.value());
     return push(std::move(s), Shape{shape(x)[0], out_f});
+  }
+
+  // layer_norm / rms_norm over x's trailing dims gamma.shape().
+  int norm(StepKind kind, const Tensor<T>& gamma, const Tensor<T>* beta, double eps, int x, const std::string& n,
+           std::string_view what) {
+    const Shape& xs = shape(x);
+    const Shape& gs = gamma.shape();
+    bool fits = gs.rank() < xs.rank();  // the batch dim is never normalized
+    for (int d = 0; fits && d < gs.rank(); ++d) fits = gs[d] == xs[xs.rank() - gs.rank() + d];
+    CUTRAIN_REQUIRE(fits, InvalidArgument, compile_op, "module ", n, " (", what, " over ", gs, ") does not take ", xs,
+                    ": its trailing dims must be ", gs);
+    Step<T> s{.kind = kind, .in = x, .w = host_copy(gamma), .eps = eps, .module = n};
+    if (beta) s.b = host_copy(*beta);
+    return push(std::move(s), xs);
   }
 
   int activation(const ActivationParams& a, int x, const std::string& n) {
