@@ -15,7 +15,8 @@
 // default) the program calls cuda::warm_start first, so that a run loads the plans the previous
 // run of the same mode used on background threads while it builds the model; "setup" is then
 // partly that. --max-candidates, --mode-b-first, --mode-b-below and --fallback-compiled set the
-// autotune::Options of those names.
+// autotune::Options of those names. With CUTRAIN_PROFILE=1 steps 10-29 are profiled op by op
+// (docs/profiling.md), against bench/torch_profile_resnet.py's table of PyTorch's same step.
 // Exits 77 without a GPU.
 #include <algorithm>
 #include <chrono>
@@ -91,7 +92,11 @@ int main(int argc, char** argv) {
 
     std::vector<double> ms;
     double loss0 = 0, loss_last = 0;
+    // CUTRAIN_PROFILE=1: steps 10-29 op by op (core/profile.hpp), the table on stderr at step 30;
+    // their wall times then include the profiler's events.
+    std::unique_ptr<profile::Session> prof;
     for (int s = 0; s < 30; ++s) {
+      if (s == 10) prof = profile::Session::from_env();
       const auto t0 = Clock::now();
       auto loss = nn::cross_entropy(nn::autocast<bfloat16>(net, x), y);
       opt.zero_grad();
@@ -101,6 +106,10 @@ int main(int argc, char** argv) {
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       if (s == 0) loss0 = loss.item();
       if (s == 29) loss_last = loss.item();
+    }
+    if (prof) {
+      std::fprintf(stderr, "\nprofile of steps 10-29 (20 steps):");
+      prof.reset();
     }
     std::vector<double> steady(ms.begin() + 10, ms.end());
     std::nth_element(steady.begin(), steady.begin() + static_cast<std::ptrdiff_t>(steady.size() / 2), steady.end());
