@@ -264,6 +264,19 @@ TEST_CASE("prefetch compiles in the background; a load waits for it instead of c
     CHECK(prefetch({programs::index("float")}, 90) == 0);
   }
   CHECK_THROWS_AS(prefetch(two, 90, 65), InvalidArgument);
+  // A load whose program is still queued takes it back and compiles it at once; the prefetch
+  // thread skips it: three programs, three compiles.
+  const std::vector<Program> three = {programs::batch_norm_train("float"), programs::pool2d("float"),
+                                      programs::quantize("float")};
+  const auto before = stats().compiles.load();
+  CHECK(prefetch(three, 90, 1) == 3);
+  CHECK(!image_for(three[2], 90).from_disk);  // taken back from the queue, compiled here
+  for (const Program& p : three) CHECK(!image_for(p, 90).bytes.empty());
+  CHECK(stats().compiles.load() == before + 3);
+  {
+    ScopedEnv unwritable("CUTRAIN_KERNEL_CACHE", "/proc/cutrain_no_such_cache");
+    CHECK(prefetch({programs::index("float")}, 90) == 0);  // its compiles could reach no launch
+  }
   // The programs a dtype can launch: its instantiations, its casts both ways, and the copy.
   const auto f32 = programs_for("float");
   std::set<std::string> names;
@@ -275,4 +288,11 @@ TEST_CASE("prefetch compiles in the background; a load waits for it instead of c
   CHECK(names.count("elementwise_cutrain_bf16") == 0);
   CHECK(names.count("cast_cutrain_bf16_cutrain_f16") == 0);
   CHECK(f32.size() == 1 + 15 + 5);  // copy, 15 programs, casts float->3 and 2 others->float
+  // Mixed precision also launches the f32 programs (master weights, optimizer, loss).
+  std::set<std::string> bf;
+  for (const auto& p : programs_for("cutrain_bf16")) bf.insert(p.name);
+  CHECK(bf.count("elementwise_cutrain_bf16") == 1);
+  CHECK(bf.count("optim_float") == 1);
+  CHECK(bf.count("elementwise_cutrain_f16") == 0);
+  CHECK(bf.size() == 1 + 15 + 15 + 8);  // copy, bf16's and f32's programs, the casts naming either
 }

@@ -107,10 +107,11 @@ void im2col(const T* x, T* col, const ConvGeometry& g) {
     }
     const T* src = x + in_row * W;
     std::fill(dst, dst + lo, T(0));
-    if (sw == 1)
-      std::copy(src + lo + iw0, src + hi + iw0, dst + lo);
-    else
+    if (sw == 1) {
+      if (hi > lo) std::copy(src + lo + iw0, src + hi + iw0, dst + lo);
+    } else {
       for (std::int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * sw + iw0];
+    }
     std::fill(dst + hi, dst + Wo, T(0));
   });
 }

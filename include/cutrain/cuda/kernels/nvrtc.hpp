@@ -23,6 +23,7 @@
 #include <future>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -164,18 +165,25 @@ inline std::vector<std::filesystem::path> kernel_seed_dirs() {
 }
 
 namespace detail {
-// Compiles that kernels::prefetch has queued or started, by cache file: a load of the same
-// program waits for it instead of compiling the program a second time.
+// Compiles that kernels::prefetch has queued or started, by cache file. Whoever claims a job
+// first (a prefetch thread, or a load that needs the program) sets `done` once: a load waits for
+// a compile under way instead of compiling the program a second time, and takes back one still
+// queued (it compiles the program itself, at once, rather than wait for the queue).
+struct InflightJob {
+  std::atomic<bool> claimed{false};
+  std::promise<void> done;
+  std::shared_future<void> ready = done.get_future().share();
+};
 struct Inflight {
   std::mutex mutex;
-  std::map<std::string, std::shared_future<void>> jobs;
+  std::map<std::string, std::shared_ptr<InflightJob>> jobs;
 };
 inline Inflight& inflight() {
   static auto* f = new Inflight();  // never destroyed: prefetch threads may outlive main's statics
   return *f;
 }
 inline void wait_inflight(const std::filesystem::path& file) {
-  std::shared_future<void> job;
+  std::shared_ptr<InflightJob> job;
   {
     auto& f = inflight();
     std::lock_guard lock(f.mutex);
@@ -183,8 +191,12 @@ inline void wait_inflight(const std::filesystem::path& file) {
     if (it == f.jobs.end()) return;
     job = it->second;
   }
-  if (job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) ++stats().prefetch_waits;
-  job.wait();
+  if (!job->claimed.exchange(true)) {  // still queued: this load compiles it
+    job->done.set_value();
+    return;
+  }
+  if (job->ready.wait_for(std::chrono::seconds(0)) != std::future_status::ready) ++stats().prefetch_waits;
+  job->ready.wait();
 }
 }  // namespace detail
 

@@ -4,20 +4,24 @@
 // program's start on background threads (prefetch).
 //
 //   prebuild(all_programs(), 90);        // now, on the calling thread and helpers; returns counts
-//   prefetch(programs_for("float"), 90); // in the background; a launch waits for its program only
+//   prefetch(programs_for("float"), 90); // in the background; a launch waits for its own program only
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -26,13 +30,14 @@
 
 namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
-// The programs a model in element type t (a device type name: "float", "cutrain_bf16",
-// "cutrain_f16") can launch: every program instantiated for t, the copy kernel, and the casts
-// from and to t (mixed precision casts f32 master weights to t and back).
+// The programs a model computing in element type t (a device type name: "float",
+// "cutrain_bf16", "cutrain_f16") can launch: the copy kernel and every program instantiated for
+// t or f32, casts included (mixed precision keeps f32 master weights, optimizer and loss).
 inline std::vector<Program> programs_for(std::string_view t) {
   std::vector<Program> out{programs::copy()};
   for (Program& p : all_programs())  // instantiations are named NAME_T (casts cast_T_U)
-    if (p.name != out[0].name && p.name.find(t) != std::string::npos) out.push_back(std::move(p));
+    if (p.name != out[0].name && (p.name.find(t) != std::string::npos || p.name.find("float") != std::string::npos))
+      out.push_back(std::move(p));
   return out;
 }
 
@@ -78,7 +83,11 @@ inline PrebuildReport prebuild(const std::vector<Program>& programs, int arch, i
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < report.threads; ++t) pool.emplace_back(work);
+  try {
+    for (int t = 1; t < report.threads; ++t) pool.emplace_back(work);
+  } catch (const std::system_error&) {  // fewer threads to be had: those that started, and this one
+  }
+  report.threads = static_cast<int>(pool.size()) + 1;
   work();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
@@ -98,34 +107,51 @@ struct PrefetchPool {
   bool stopping = false;
 };
 inline PrefetchPool& prefetch_pool() {
-  static auto* p = new PrefetchPool();
+  static auto* p = new PrefetchPool();  // never destroyed: detached threads use it
   static struct Drain {
+    PrefetchPool& p;
     ~Drain() {
-      auto& p = prefetch_pool();
       std::unique_lock lock(p.mutex);
       p.stopping = true;
       p.idle.wait_for(lock, std::chrono::seconds(30), [&] { return p.busy == 0; });
     }
-  } drain;
+  } drain{*p};
   return *p;
+}
+
+// Whether files can be written in dir (created if need be): without that a prefetch's compiles
+// could reach no launch.
+inline bool writable_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const auto probe = dir / cutrain::detail::cat(".prefetch-probe-", ::getpid());
+  bool ok = false;
+  {
+    std::ofstream f(probe, std::ios::binary);
+    ok = static_cast<bool>(f << 'x');
+  }
+  std::filesystem::remove(probe, ec);
+  return ok;
 }
 }  // namespace detail
 
 // Starts compiling the programs for arch into the kernel disk cache on `threads` background
 // threads (0: half the cores, at most 8) and returns at once. A program that is cached already
-// is skipped; a launch that needs a program still being compiled waits for that compile (see
-// image_for). Never throws for a program that fails: its launch compiles it again and reports
-// the error then. Does nothing without a kernel cache directory, or with CUTRAIN_KERNEL_PREFETCH=0.
-// Returns how many it queued.
+// is skipped. A launch that needs a program being compiled waits for that compile; one whose
+// program is still queued compiles it itself at once (see image_for). Never throws for a program
+// that fails: its launch compiles it again and reports the error then. Does nothing without a
+// kernel cache directory that can be written, or with CUTRAIN_KERNEL_PREFETCH=0. Returns how
+// many programs it queued.
 inline std::size_t prefetch(const std::vector<Program>& programs, int arch, int threads = 0) {
   CUTRAIN_REQUIRE(threads >= 0 && threads <= 64, InvalidArgument, "cuda::kernels::prefetch", "threads ", threads,
                   " must be 0 (automatic) to 64");
   if (const char* v = std::getenv("CUTRAIN_KERNEL_PREFETCH"); v && std::string_view(v) == "0") return 0;
-  if (kernel_cache_dir().empty()) return 0;
+  const auto dir = kernel_cache_dir();
+  if (dir.empty() || !detail::writable_dir(dir)) return 0;
   const Target target = target_for(arch);
   struct Job {
     Program program;
-    std::shared_ptr<std::promise<void>> done;
+    std::shared_ptr<detail::InflightJob> state;
   };
   auto jobs = std::make_shared<std::vector<Job>>();
   {
@@ -135,9 +161,9 @@ inline std::size_t prefetch(const std::vector<Program>& programs, int arch, int 
       const auto file = cache_file(p, target);
       std::error_code ec;
       if (f.jobs.contains(file.string()) || std::filesystem::exists(file, ec)) continue;
-      auto done = std::make_shared<std::promise<void>>();
-      f.jobs.emplace(file.string(), done->get_future().share());
-      jobs->push_back({p, std::move(done)});
+      auto state = std::make_shared<detail::InflightJob>();
+      f.jobs.emplace(file.string(), state);
+      jobs->push_back({p, std::move(state)});
     }
   }
   if (jobs->empty()) return 0;
@@ -150,24 +176,32 @@ inline std::size_t prefetch(const std::vector<Program>& programs, int arch, int 
       std::lock_guard lock(pool.mutex);
       ++pool.busy;
     }
-    std::thread([jobs, next, arch] {
-      auto& pool = detail::prefetch_pool();
-      for (std::size_t i; (i = (*next)++) < jobs->size();) {
-        bool stop = false;
-        {
-          std::lock_guard lock(pool.mutex);
-          stop = pool.stopping;
+    try {
+      std::thread([jobs, next, arch, &pool] {
+        for (std::size_t i; (i = (*next)++) < jobs->size();) {
+          Job& job = (*jobs)[i];
+          if (job.state->claimed.exchange(true)) continue;  // a launch took it back
+          bool stop = false;
+          {
+            std::lock_guard lock(pool.mutex);
+            stop = pool.stopping;
+          }
+          try {
+            if (!stop) (void)image_for(job.program, arch, true, false);
+          } catch (...) {  // the launch compiles it again and throws there
+          }
+          job.state->done.set_value();
         }
-        try {
-          if (!stop) (void)image_for((*jobs)[i].program, arch, true, false);
-        } catch (...) {  // the launch compiles it again and throws there
-        }
-        (*jobs)[i].done->set_value();
-      }
+        std::lock_guard lock(pool.mutex);
+        --pool.busy;
+        pool.idle.notify_all();
+      }).detach();
+    } catch (...) {  // no thread to be had: the jobs left stay queued, and launches take them back
       std::lock_guard lock(pool.mutex);
       --pool.busy;
       pool.idle.notify_all();
-    }).detach();
+      break;
+    }
   }
   return jobs->size();
 }
