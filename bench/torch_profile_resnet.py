@@ -18,11 +18,10 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_resnet_first_step import resnet18  # noqa: E402
+from torch_resnet_first_step import training_step  # noqa: E402
 
 
 def category(name):
@@ -53,19 +52,7 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
-    torch.manual_seed(0)
-    net = resnet18()
-    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(a.batch, 3, 32, 32, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 10, (a.batch,), device="cuda")
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(net(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
+    step = training_step(a.batch)
     for _ in range(10):
         step()
     torch.cuda.synchronize()

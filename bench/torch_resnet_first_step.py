@@ -40,13 +40,14 @@ def resnet18():
     return nn.Sequential(*layers).cuda().to(memory_format=torch.channels_last)
 
 
-def run(benchmark):
-    torch.backends.cudnn.benchmark = benchmark
+def training_step(batch=256):
+    """The benchmarked step: a fresh ResNet-18 (seed 0), SGD with momentum, one fixed random
+    batch; returns a function running one bf16-autocast step on it."""
     torch.manual_seed(0)
     net = resnet18()
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(256, 3, 32, 32, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 10, (256,), device="cuda")
+    x = torch.randn(batch, 3, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (batch,), device="cuda")
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -55,6 +56,12 @@ def run(benchmark):
         loss.backward()
         opt.step()
 
+    return step
+
+
+def run(benchmark):
+    torch.backends.cudnn.benchmark = benchmark
+    step = training_step()
     torch.cuda.synchronize()
     times = []
     for _ in range(30):
