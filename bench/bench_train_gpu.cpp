@@ -4,6 +4,10 @@
 //    CNN (nn::fashion_mnist_cnn), f32, batch 128 and 512, one fixed batch on the device, eager
 //    and replayed from a CUDA graph (cuda::CudaGraph); and with mixed precision (nn::autocast:
 //    f32 parameters, bf16 compute, eager and graphed; f16 with optim::GradScaler, eager);
+//  - one training step of ResNet-18 for CIFAR (nn::resnet18_cifar), bf16 autocast, channels-last,
+//    SGD momentum, tuned plans (autotune benchmark mode for these rows), batch 256 and 512, eager
+//    and CUDA graph, with its batch norms fused with their ReLU and residual add (the default) and
+//    apart (set_fusion(false)): CUDA events around 20 steps, median of 9;
 //  - host time per call of a tiny cached op (relu and conv on 1x8x8x8), no synchronization
 //    inside the loop: what the dispatch, the graph-cache lookup and the launch cost.
 // Timing as in docs/performance.md (method): CUDA events around one step, median of 30 after warm-up.
@@ -72,6 +76,56 @@ void train_step(benchmark::State& state, std::int64_t batch, bool graphed,
     b.record();
     b.synchronize();
     const double t = b.elapsed_ms(a);
+    ms.push_back(t);
+    state.SetIterationTime(t / 1e3);
+  }
+  state.counters["ms_per_step"] = median(ms);
+  state.counters["samples_per_s"] = static_cast<double>(batch) / (median(ms) / 1e3);
+}
+
+void resnet_step(benchmark::State& state, std::int64_t batch, bool graphed, bool fused) {
+  if (!cuda::available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const autotune::ModeGuard tuned(autotune::Mode::benchmark);  // gpu-check runs the rest heuristic
+  const Device dev = Device::cuda(0);
+  cuda::Stream stream;
+  cuda::StreamGuard on(stream.get());
+  Rng init(0), data(1);
+  auto net = nn::resnet18_cifar<float>(init);
+  net.to(dev).to(Layout::nhwc);
+  net.set_fusion(fused);
+  optim::SGD<float> opt(net.parameters(), {.lr = 0.1, .momentum = 0.9});
+  const auto x = Tensor<float>::randn(Shape{batch, 3, 32, 32}, data, 1.0, {.layout = Layout::nhwc}).to(dev);
+  Tensor<std::int32_t> y_host(Shape{batch});
+  for (std::int64_t i = 0; i < batch; ++i) y_host.data()[i] = static_cast<std::int32_t>(data.below(10));
+  const auto y = y_host.to(dev);
+  auto step = [&] {
+    auto loss = nn::cross_entropy(nn::autocast(nn::Precision::bf16, net, x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  for (int i = 0; i < 10; ++i) step();  // tunes the plans, compiles the kernels
+  cuda::CudaGraph graph;
+  if (graphed) {
+    graph.capture(step);
+    for (int i = 0; i < 5; ++i) graph.replay();
+  }
+  cuda::synchronize();
+  cuda::Event a, b;
+  std::vector<double> ms;
+  constexpr int steps = 20;
+  for (auto _ : state) {
+    a.record();
+    for (int i = 0; i < steps; ++i) {
+      if (graphed) graph.replay();
+      else step();
+    }
+    b.record();
+    b.synchronize();
+    const double t = b.elapsed_ms(a) / steps;
     ms.push_back(t);
     state.SetIterationTime(t / 1e3);
   }
@@ -183,6 +237,22 @@ BENCHMARK_CAPTURE(train_step, fmnet_b512_fp32_eager, 512, false)->Name("train/fm
     ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(train_step, fmnet_b512_fp32_cudagraph, 512, true)->Name("train/fmnet_b512_fp32_cudagraph")
     ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(resnet_step, r25601, 256, false, true)->Name("train/resnet18_b256_bf16_eager")
+    ->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(resnet_step, r25600, 256, false, false)->Name("train/resnet18_b256_bf16_eager_unfused")
+    ->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(resnet_step, r25611, 256, true, true)->Name("train/resnet18_b256_bf16_cudagraph")
+    ->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(resnet_step, r25610, 256, true, false)->Name("train/resnet18_b256_bf16_cudagraph_unfused")
+    ->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(resnet_step, r51201, 512, false, true)->Name("train/resnet18_b512_bf16_eager")
+    ->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(resnet_step, r51200, 512, false, false)->Name("train/resnet18_b512_bf16_eager_unfused")
+    ->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(resnet_step, r51211, 512, true, true)->Name("train/resnet18_b512_bf16_cudagraph")
+    ->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(resnet_step, r51210, 512, true, false)->Name("train/resnet18_b512_bf16_cudagraph_unfused")
+    ->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(tiny_relu)->Name("host/tiny_relu")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(tiny_conv)->Name("host/tiny_conv")->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond);
 

@@ -7,6 +7,9 @@ on the GPU: CUDA events around one step, median of 30 after warm-up, eager and (
 has the row) captured as a CUDA graph; with automatic mixed precision (torch.autocast bf16, eager
 and graphed; f16 with torch.amp.GradScaler, eager), as cutrain's nn::autocast rows. Host time
 per call of a tiny op (relu, conv on 1x8x8x8).
+ResNet-18 for CIFAR (bench/torch_resnet_first_step.py's model), bf16 autocast, channels-last, SGD
+momentum, batch 256 and 512, eager and as a CUDA graph: CUDA events around 20 steps, median of 9
+(cutrain's rows with _unfused compare with the same PyTorch row).
 With --cutrain JSON (Google Benchmark output of bench_train_gpu) it prints cutrain/torch per row.
 """
 import argparse, json, statistics, time
@@ -14,6 +17,8 @@ import argparse, json, statistics, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_resnet_first_step import resnet18
 
 
 def fmnet():
@@ -91,6 +96,62 @@ def train_rows():
     return res
 
 
+def median_ms_per_step(run, steps=20, reps=9):
+    for _ in range(10):
+        run()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for _ in range(reps):
+        a.record()
+        for _ in range(steps):
+            run()
+        b.record()
+        b.synchronize()
+        ms.append(a.elapsed_time(b) / steps)
+    return statistics.median(ms)
+
+
+def resnet_rows():
+    res = {}
+    for batch in (256, 512):
+        for graphed in (False, True):
+            torch.manual_seed(0)
+            net = resnet18()
+            opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+            x = torch.randn(batch, 3, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+            y = torch.randint(0, 10, (batch,), device="cuda")
+
+            def loss_of():
+                with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graphed):
+                    return F.cross_entropy(net(x), y)
+
+            def step():
+                loss = loss_of()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+
+            if graphed:
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    for _ in range(3):
+                        step()
+                torch.cuda.current_stream().wait_stream(s)
+                g = torch.cuda.CUDAGraph()
+                opt.zero_grad(set_to_none=True)
+                with torch.cuda.graph(g):
+                    loss = loss_of()
+                    loss.backward()
+                    opt.step()
+                ms = median_ms_per_step(g.replay)
+            else:
+                ms = median_ms_per_step(step)
+            res[f"train/resnet18_b{batch}_bf16_{'cudagraph' if graphed else 'eager'}"] = ms
+    return res
+
+
 def host_rows():
     res = {}
     x = torch.rand(1, 8, 8, 8, device="cuda")
@@ -117,6 +178,7 @@ def main():
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     train, host = train_rows(), host_rows()
+    train.update(resnet_rows())
     if args.out:
         json.dump({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "train_ms": train,
                    "host_us": host}, open(args.out, "w"), indent=1)
@@ -132,8 +194,10 @@ def main():
     print(f"{'row':36s} {'cutrain':>9s} {'torch':>9s} {'ratio':>6s}  unit")
     for rows, unit in ((train, "ms/step"), (host, "us/call")):
         for key, t in rows.items():
-            c = cut.get(key)
-            print(f"{key:36s} {c if c else float('nan'):9.4f} {t:9.4f} {c / t if c else float('nan'):6.2f}  {unit}")
+            for ck in (key, key + "_unfused"):
+                c = cut.get(ck)
+                if c or ck == key:
+                    print(f"{ck:36s} {c if c else float('nan'):9.4f} {t:9.4f} {c / t if c else float('nan'):6.2f}  {unit}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cutrain/autograd/functions/attention.hpp"
+#include "cutrain/autograd/functions/batch_norm_act.hpp"
 #include "cutrain/autograd/functions/broadcast.hpp"
 #include "cutrain/autograd/functions/conv_pool.hpp"
 #include "cutrain/autograd/functions/conv_transpose.hpp"

@@ -35,6 +35,13 @@ class BatchNorm2d : public Module<BatchNorm2d<T>, T> {
     return autograd::batch_norm(x, weight, bias, running_mean, running_var, this->is_training(),
                                 {.momentum = opts_.momentum, .eps = opts_.eps});
   }
+  // act(bn(x) + residual) as one op (autograd::batch_norm_act), act relu or identity, the residual
+  // optional: nn::Sequential runs a BatchNorm2d followed by a ReLU so, nn::ResidualBlock its tail.
+  template <RunsIn<T> X>
+  Var<X> forward_fused(const Var<X>& x, const ActivationParams& act, const Var<X>& residual = {}) {
+    return autograd::batch_norm_act(x, weight, bias, running_mean, running_var, this->is_training(),
+                                    {.momentum = opts_.momentum, .eps = opts_.eps}, act, residual);
+  }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
     f(join_name(prefix, "weight"), weight);

@@ -1,5 +1,7 @@
 // nn::ResidualBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the ResNet basic block.
 // The shortcut is the identity, or a 1x1 conv + batch norm when the stride or width changes.
+// Each batch norm runs with what follows it as one op (BatchNorm2d::forward_fused): bn1 with its
+// ReLU, bn2 with the residual add and the last ReLU; set_fusion(false) runs them apart.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -37,6 +39,13 @@ class ResidualBlock : public Module<ResidualBlock<T>, T> {
 
   template <RunsIn<T> X>
   Var<X> operator()(const Var<X>& x) {
+    if (fuse_) {
+      const ActivationParams relu{.kind = cutrain::Activation::relu};
+      Var<X> h = bn1.forward_fused(conv1(x), relu);
+      h = conv2(h);
+      Var<X> s = shortcut_conv ? (*shortcut_bn)((*shortcut_conv)(x)) : x;
+      return bn2.forward_fused(h, relu, s);
+    }
     Var<X> h = autograd::relu(bn1(conv1(x)));
     h = bn2(conv2(h));
     Var<X> s = shortcut_conv ? (*shortcut_bn)((*shortcut_conv)(x)) : x;
@@ -58,6 +67,7 @@ class ResidualBlock : public Module<ResidualBlock<T>, T> {
     bn2.visit_buffers(join_name(prefix, "bn2"), f);
     if (shortcut_bn) shortcut_bn->visit_buffers(join_name(prefix, "shortcut.bn"), f);
   }
+  void set_fusion(bool on) { fuse_ = on; }
   void set_training(bool on) {
     this->training_ = on;
     bn1.set_training(on);
@@ -67,6 +77,7 @@ class ResidualBlock : public Module<ResidualBlock<T>, T> {
 
  private:
   std::int64_t out_;
+  bool fuse_ = true;
 
  public:
   Conv2d<T> conv1;

@@ -1,7 +1,8 @@
 // nn::Sequential<T>: modules run one after another, held by value behind a small type-erased
 // interface so that any mix of layers fits in one Sequential<float>{...}.
-// A Conv2d or Linear directly followed by ReLU (or a relu/identity Activation) runs as one fused
-// op (conv + bias + activation in cuDNN, linear + bias + activation in cuBLASLt on the GPU).
+// A Conv2d, Linear or BatchNorm2d directly followed by ReLU (or a relu/identity Activation) runs as
+// one fused op (conv + bias + activation in cuDNN, linear + bias + activation in cuBLASLt, batch
+// norm + activation in one cuDNN graph on the GPU).
 // A Sequential<float> also runs on a Var<bfloat16> or Var<half> (mixed precision, see
 // nn/mixed_precision.hpp): each module takes the Var in whatever type it arrives.
 #pragma once
@@ -39,6 +40,7 @@ struct AnyModule {
   virtual void visit_params(const std::string&, const ParamVisitor<T>&) {}
   virtual void visit_buffers(const std::string&, const BufferVisitor<T>&) {}
   virtual void set_training(bool) {}
+  virtual void set_fusion(bool) {}
   // The concrete module's type (what Sequential::get_if casts to; exporters name it in errors).
   virtual const std::type_info& type() const = 0;
 };
@@ -97,6 +99,9 @@ struct ModuleHolder final : AnyModule<T> {
   void set_training(bool on) override {
     if constexpr (requires { m.set_training(on); }) m.set_training(on);
   }
+  void set_fusion(bool on) override {
+    if constexpr (requires { m.set_fusion(on); }) m.set_fusion(on);
+  }
   const std::type_info& type() const override { return typeid(M); }
 };
 }  // namespace detail
@@ -145,8 +150,12 @@ class Sequential : public Module<Sequential<T>, T> {
     return (*this)(Var<X>(x.view()));
   }
 
-  // Whether Conv2d/Linear + ReLU run as one fused op (on by default).
-  void set_fusion(bool on) { fuse_ = on; }
+  // Whether Conv2d/Linear/BatchNorm2d + ReLU run as one fused op (on by default), here and in the
+  // modules that fuse their own parts (ResidualBlock, nested Sequentials).
+  void set_fusion(bool on) {
+    fuse_ = on;
+    for (auto& m : modules_) m->set_fusion(on);
+  }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
     for (std::size_t i = 0; i < modules_.size(); ++i) modules_[i]->visit_params(join_name(prefix, std::to_string(i)), f);

@@ -48,6 +48,15 @@ struct NormBackward {
   Tensor<S> dgamma, dbeta;
 };
 
+// batch_norm_act_backward: NormBackward's three and dresidual, the gradient of act's input
+// (batch norm's output plus the residual), which is the residual's gradient; undefined when not asked.
+template <class T, class S = T>
+struct BatchNormActBackward {
+  Tensor<T> dx;
+  Tensor<S> dgamma, dbeta;
+  Tensor<T> dresidual;
+};
+
 // inv_rms (the leading dims' shape) is 1 / sqrt(mean(x^2) + eps) per row, for rms_norm_backward.
 template <class T, class S = T>
 struct RmsNormForward {

@@ -37,6 +37,7 @@ enum class GraphOp : std::uint8_t {
   rms_norm_backward,
   fusion,  // a user's fusion graph (core/fusion.hpp)
   conv_fprop_fp8,  // the deploy engine's e4m3 convolution (conv_fp8.hpp)
+  batch_norm_act_backward,  // an activation's backward and batch norm's in one graph (norm.hpp)
 };
 
 // What the autotuner needs to know of an op: convolutions are tuned by default.

@@ -55,44 +55,101 @@ struct NormArg {
 inline NormArg norm_arg(std::pair<Shape, Strides> v) { return {std::move(v.first), std::move(v.second)}; }
 }  // namespace detail
 
-// y = act(gamma (x - mean) inv_std + beta) with batch statistics; writes save_mean, save_inv_std
-// ([C]) and next_mean / next_var ([C], the updated running statistics, unbiased variance). The
-// activation (identity by default) is a pointwise node of the same graph. False: no engine.
+// y = act(gamma (x - mean) inv_std + beta [+ residual]) with batch statistics; writes save_mean,
+// save_inv_std ([C]) and next_mean / next_var ([C], the updated running statistics, unbiased
+// variance). The residual add (none: nullptr) and the activation (identity by default) are
+// pointwise nodes of the same graph: a residual block's tail in one pass. False: no engine.
 template <GpuFloat T>
 [[nodiscard]] bool batch_norm_forward_training(const Tensor<T>& x, const Tensor<float>& gamma, const Tensor<float>& beta,
                                  const Tensor<float>& running_mean, const Tensor<float>& running_var,
                                  const BatchNormParams& p, Tensor<T>& y, Tensor<float>& save_mean,
                                  Tensor<float>& save_inv_std, Tensor<float>& next_mean, Tensor<float>& next_var,
-                                 const ActivationParams& act = {.kind = Activation::identity}) {
+                                 const ActivationParams& act = {.kind = Activation::identity},
+                                 const Tensor<T>* residual = nullptr) {
   constexpr std::string_view op = "batch_norm_forward_training";
   const auto xv = detail::norm_arg(detail::as_4d(x)), yv = detail::norm_arg(detail::as_4d(y));
   const auto cv = detail::norm_arg(detail::channel_view(x.dim(1)));
+  const auto rv = detail::norm_arg(residual ? detail::as_4d(*residual) : detail::as_4d(x));
   GraphKey key(GraphOp::batch_norm_forward_training, x.device().index);
   key.add(dtype_of<T>).add(p.eps).add(p.momentum).add(xv.shape, xv.strides).add(yv.shape, yv.strides);
-  key.add(static_cast<int>(act.kind)).add(act.alpha);
+  key.add(static_cast<int>(act.kind)).add(act.alpha).add(residual != nullptr);
+  if (residual) key.add(rv.shape, rv.strides);
   const FusionTensor in[] = {xv.at(x.data(), false),          cv.at(gamma.data(), true),
                              cv.at(beta.data(), true),        cv.at(running_mean.data(), true),
-                             cv.at(running_var.data(), true)};
+                             cv.at(running_var.data(), true), rv.at(residual ? residual->data() : nullptr, false)};
   const FusionTensor out[] = {yv.at(y.data(), false),           cv.at(save_mean.data(), true),
                               cv.at(save_inv_std.data(), true), cv.at(next_mean.data(), true),
                               cv.at(next_var.data(), true)};
   const auto text = [&] {
     return cutrain::detail::cat("bn fwd train ", dtype_of<T>, " ", p, signature(" x", xv.shape, xv.strides),
-                                signature(" y", yv.shape, yv.strides), " +", detail::activation_key(act));
+                                signature(" y", yv.shape, yv.strides),
+                                residual ? signature(" + residual", rv.shape, rv.strides) : std::string(), " +",
+                                detail::activation_key(act));
   };
   const auto describe = [&] {
     fusion::Graph g;
     auto X = g.input("x"), G = g.input("scale"), B = g.input("bias");
     auto RM = g.input("running_mean"), RV = g.input("running_var");
     const auto r = g.batch_norm(X, G, B, RM, RV, p.eps, p.momentum);
-    g.output(act.kind == Activation::identity ? r.y : g.activation(r.y, act), "y");
+    fusion::Value v = r.y;
+    if (residual) {
+      auto R = g.input("residual");
+      v = g.add(v, R);
+    }
+    g.output(act.kind == Activation::identity ? v : g.activation(v, act), "y");
     g.output(r.mean, "mean");
     g.output(r.inv_std, "inv_std");
     g.output(r.running_mean, "next_mean");
     g.output(r.running_var, "next_var");
     return g;
   };
-  return run_graph<T>(key, op, text, describe, in, out, y.layout() == Layout::nhwc, false, true);
+  return run_graph<T>(key, op, text, describe, std::span(in, residual ? 6 : 5), out, y.layout() == Layout::nhwc, false,
+                      true);
+}
+
+// The backward of y = act(batch_norm(x) [+ residual]) with act relu or identity (whose derivative
+// reads from y): dz = act'(y) dy, the residual's gradient, written to *dz when it is given; then
+// batch norm's backward of dz. One graph: act's backward and the norm's reduction and apply in
+// the passes of the norm's backward alone. False, having run nothing: no engine.
+template <GpuFloat T>
+[[nodiscard]] bool batch_norm_act_backward(const Tensor<T>& x, const Tensor<T>& y, const Tensor<T>& dy,
+                                           const Tensor<float>& gamma, const Tensor<float>& save_mean,
+                                           const Tensor<float>& save_inv_std, const ActivationParams& act,
+                                           Tensor<T>& dx, Tensor<float>& dgamma, Tensor<float>& dbeta, Tensor<T>* dz) {
+  constexpr std::string_view op = "batch_norm_act_backward";
+  const auto xv = detail::norm_arg(detail::as_4d(x)), yv = detail::norm_arg(detail::as_4d(y));
+  const auto dyv = detail::norm_arg(detail::as_4d(dy)), dxv = detail::norm_arg(detail::as_4d(dx));
+  const auto cv = detail::norm_arg(detail::channel_view(x.dim(1)));
+  const auto dzv = detail::norm_arg(dz ? detail::as_4d(*dz) : detail::as_4d(dx));
+  GraphKey key(GraphOp::batch_norm_act_backward, x.device().index);
+  key.add(dtype_of<T>).add(xv.shape, xv.strides).add(yv.shape, yv.strides).add(dyv.shape, dyv.strides);
+  key.add(dxv.shape, dxv.strides).add(static_cast<int>(act.kind)).add(act.alpha).add(dz != nullptr);
+  if (dz) key.add(dzv.shape, dzv.strides);
+  const FusionTensor in[] = {dyv.at(dy.data(), false),      yv.at(y.data(), false),
+                             xv.at(x.data(), false),        cv.at(gamma.data(), true),
+                             cv.at(save_mean.data(), true), cv.at(save_inv_std.data(), true)};
+  const FusionTensor out[] = {dxv.at(dx.data(), false), cv.at(dgamma.data(), true), cv.at(dbeta.data(), true),
+                              dzv.at(dz ? dz->data() : nullptr, false)};
+  const auto text = [&] {
+    return cutrain::detail::cat("bn act bwd ", dtype_of<T>, " ", detail::activation_key(act),
+                                signature(" x", xv.shape, xv.strides), signature(" y", yv.shape, yv.strides),
+                                signature(" dy", dyv.shape, dyv.strides), signature(" dx", dxv.shape, dxv.strides),
+                                dz ? signature(" dz", dzv.shape, dzv.strides) : std::string());
+  };
+  const auto describe = [&] {
+    fusion::Graph g;
+    auto DY = g.input("dy"), Y = g.input("y"), X = g.input("x"), G = g.input("scale");
+    auto M = g.input("mean"), INV = g.input("inv_std");
+    const auto DZ = g.activation_backward(DY, Y, act);
+    const auto r = g.batch_norm_backward(DZ, X, G, M, INV);
+    g.output(r.dx, "dx");
+    g.output(r.dgamma, "dscale");
+    g.output(r.dbeta, "dbias");
+    if (dz) g.output(DZ, "dz");
+    return g;
+  };
+  return run_graph<T>(key, op, text, describe, in, std::span(out, dz ? 4 : 3), dx.layout() == Layout::nhwc, false,
+                      true);
 }
 
 template <GpuFloat T>
