@@ -1,11 +1,13 @@
 // cutrain's CPU inference engine against ONNX Runtime's CPU provider (bench/ort_deploy.py) on the
 // same models and weights: the Fashion-MNIST reference CNN and ResNet-18 for CIFAR (random
-// weights, eval mode), f32, row-major, compiled by deploy::compile (batch norms folded,
-// activations and residual adds fused). Writes each model as ONNX (deploy::export_onnx) into DIR
+// weights, eval mode), f32, compiled by deploy::compile in NHWC (batch norms folded, activations
+// and residual adds fused; built with cutrain::onednn, its convolutions, linear layers and pools
+// run as oneDNN primitives, each convolution's tactic tuned at compile). Writes each model as ONNX
+// (deploy::export_onnx) into DIR
 // (one per batch size: the files are static) for ort_deploy.py, and prints one JSON object: per model and batch size, the engine's median
 // ms per call (host clock; 3 warm-up calls, then as many calls as fit in ~2 s, at least 5).
-// The engine's GEMMs run on --threads threads (cpu::set_num_threads; more than one only when
-// built with cutrain::openblas): ort_deploy.py gives ONNX Runtime the same count.
+// The engine runs on --threads threads (cpu::set_num_threads: oneDNN's and OpenBLAS's pools; the
+// rest of the engine on one): ort_deploy.py gives ONNX Runtime the same count.
 //
 //   bench_deploy_cpu DIR [--quick] [--threads N]   --quick: fewer batch sizes (for CI-sized runs)
 #include <algorithm>
@@ -85,7 +87,7 @@ int main(int argc, char** argv) try {
       // The ONNX file has a static shape: one per batch size.
       const auto onnx = dir / (md.name + "_b" + std::to_string(in[0]) + ".onnx");
       deploy::export_onnx(md.net, onnx, in);
-      const auto engine = deploy::compile<float>(md.net, in);
+      const auto engine = deploy::compile<float>(md.net, in, {.layout = Layout::nhwc});
       const auto x = Tensor<float>::randn(in, data, 1.0);
       const double ms = median_ms([&] { (void)engine(x); });
       std::printf("%s{\"batch\": %lld, \"engine_ms\": %.4f, \"onnx\": \"%s\"}", k ? ", " : "",

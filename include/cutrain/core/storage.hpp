@@ -22,7 +22,8 @@ namespace cutrain::inline CUTRAIN_ABI {
 class Storage {
  public:
   Storage() = default;
-  Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  // Host memory is zero-filled unless zero_host is false; device memory is left as it comes.
+  Storage(std::size_t bytes, Device device, bool zero_host = true) : bytes_(bytes), device_(device) {
     if (bytes == 0) return;
     if (device.is_cpu()) {
       try {
@@ -30,7 +31,7 @@ class Storage {
       } catch (const std::bad_alloc&) {
         throw OutOfMemory("Storage", detail::cat("cannot allocate ", bytes, " bytes of host memory"));
       }
-      std::memset(ptr_, 0, bytes);
+      if (zero_host) std::memset(ptr_, 0, bytes);
       return;
     }
     block_ = detail::device_backend("Storage").allocate(bytes, device.index);

@@ -93,6 +93,13 @@ class Tensor {
 
   // Factories. Host data is given in logical row-major order, whatever the layout.
   // Tensor(shape, opts) leaves device memory uninitialized (host memory is zeroed); zeros() zeroes both.
+  // Memory left as the allocator gives it, on the host too: for an op's output that the op writes
+  // in full before anything reads it (a pass of zero-filling saved per call).
+  static Tensor empty(const Shape& shape, TensorOptions opts = {}) {
+    Tensor t;
+    t.allocate(shape, opts, /*zero_host=*/false);
+    return t;
+  }
   static Tensor zeros(const Shape& shape, TensorOptions opts = {}) {
     Tensor t(shape, opts);
     if (!opts.device.is_cpu()) zero_bytes(t.data(), opts.device, static_cast<std::size_t>(t.numel()) * sizeof(T));
@@ -361,7 +368,7 @@ class Tensor {
   }
 
  private:
-  void allocate(const Shape& shape, const TensorOptions& opts) {
+  void allocate(const Shape& shape, const TensorOptions& opts, bool zero_host = true) {
     check_shape_valid("Tensor", shape, sizeof(T));
     Layout l = opts.layout;
     if (l == Layout::nchw && shape.rank() != 4) l = Layout::row_major;
@@ -370,7 +377,7 @@ class Tensor {
     shape_ = shape;
     strides_ = contiguous_strides(shape, l);
     offset_ = 0;
-    storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape.numel()) * sizeof(T), opts.device);
+    storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape.numel()) * sizeof(T), opts.device, zero_host);
   }
   Tensor copy_to(Device dev, Layout l) const {
     if (l == Layout::strided) l = layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;

@@ -1,5 +1,6 @@
 // 2-d convolution on the CPU: im2col + one Eigen GEMM per (sample, group), forward and backward.
 // Everything is computed on contiguous nchw staging copies; results go back to the caller's layout.
+// In a program built against cutrain::onednn the f32 forward is oneDNN's (cpu/onednn.hpp).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -12,6 +13,7 @@
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/cpu/activation.hpp"
 #include "cutrain/cpu/common.hpp"
+#include "cutrain/cpu/onednn.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::cpu {
 
@@ -193,6 +195,17 @@ Tensor<T> conv2d_forward_impl(const Tensor<T>& x, const Tensor<T>& w, const Tens
                   y_shape, ", got ", residual.describe());
   CUTRAIN_REQUIRE(!bias.defined() || bias.numel() == g.K, InvalidArgument, op, "the bias must have ", g.K, " elements, got ",
                   bias.describe());
+#ifdef CUTRAIN_ONEDNN
+  if constexpr (std::same_as<T, float>) {  // f32 through oneDNN's direct kernels where it has them
+    const Tensor<T> xo = x.layout() == Layout::nhwc ? x.view() : detail::to_nchw(x);
+    const onednn::Conv2d conv(w, bias, p, act);
+    auto y = Tensor<T>::empty(y_shape, {.layout = output_layout(x)});
+    if (conv.forward(xo, residual, y)) {
+      if (!conv.fuses_activation()) detail::conv_epilogue<T>(y.data(), nullptr, nullptr, 1, y.numel(), act);
+      return y;
+    }
+  }
+#endif
   const Tensor<T> xs = detail::to_nchw(x), ws = detail::to_nchw(w);
   const Tensor<T> rs = residual.defined() ? detail::to_nchw(residual) : Tensor<T>{};
   Tensor<T> y(y_shape);

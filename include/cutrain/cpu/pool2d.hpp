@@ -1,5 +1,6 @@
 // 2-d max and average pooling, and global average pooling, on the CPU: forward and backward.
-// Inputs are staged to contiguous nchw; outputs and dx come back in x's layout.
+// Inputs are staged to contiguous nchw (but an NHWC max pool's whose windows lie inside x, which
+// runs in NHWC); outputs and dx come back in x's layout.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -75,17 +76,46 @@ std::int64_t pool_argmax(const T* plane, std::int64_t w, const PoolWindow& win) 
 }
 }  // namespace detail
 
+namespace detail {
+// Max pooling of a contiguous NHWC x whose every window lies inside it, into y [N, C, oh, ow]
+// NHWC: for each output pixel, the max over the window's taps of C contiguous values, a loop the
+// compiler vectorizes. A NaN anywhere in a window gives NaN (the NCHW path's rule).
+template <class T>
+void max_pool_nhwc_inside(const T* x, T* y, const PoolGeometry& g, std::int64_t N, std::int64_t C) {
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t i = 0; i < g.oh; ++i)
+      for (std::int64_t j = 0; j < g.ow; ++j) {
+        T* __restrict out = y + ((n * g.oh + i) * g.ow + j) * C;
+        const T* at = x + ((n * g.h + i * g.sh) * g.w + j * g.sw) * C;
+        for (std::int64_t c = 0; c < C; ++c) out[c] = at[c];
+        for (std::int64_t a = 0; a < g.kh; ++a)
+          for (std::int64_t b = 0; b < g.kw; ++b) {
+            const T* __restrict in = at + (a * g.dh * g.w + b * g.dw) * C;
+            for (std::int64_t c = 0; c < C; ++c) {
+              const T v = in[c], m = out[c];
+              out[c] = v > m || v != v ? v : m;
+            }
+          }
+      }
+}
+}  // namespace detail
+
 template <CpuFloat T>
 Tensor<T> pool2d_forward(const Tensor<T>& x, const Pool2dParams& p) {
   const auto g = detail::pool_geometry(x.shape(), p);
-  const Tensor<T> xc = row_major(x);
-  Tensor<T> y(Shape{x.dim(0), x.dim(1), g.oh, g.ow});
-  const T* xs = xc.data();
-  T* ys = y.data();
   // Max pooling whose every window lies inside the input (no padding, no ceil-mode overhang: the
   // common 2x2 / 3x3 pools): the taps straight from the geometry, the NaN rule kept.
   const bool inside = g.pt == 0 && g.pl == 0 && (g.oh - 1) * g.sh + (g.kh - 1) * g.dh < g.h &&
                       (g.ow - 1) * g.sw + (g.kw - 1) * g.dw < g.w;
+  if (p.mode == PoolMode::max && inside && x.layout() == Layout::nhwc) {  // no NCHW staging either way
+    Tensor<T> y(Shape{x.dim(0), x.dim(1), g.oh, g.ow}, {.layout = Layout::nhwc});
+    detail::max_pool_nhwc_inside(x.data(), y.data(), g, x.dim(0), x.dim(1));
+    return y;
+  }
+  const Tensor<T> xc = row_major(x);
+  Tensor<T> y(Shape{x.dim(0), x.dim(1), g.oh, g.ow});
+  const T* xs = xc.data();
+  T* ys = y.data();
   if (p.mode == PoolMode::max && inside) {
     // kh, kw, dh, dw as compile-time constants for 2x2 windows (the unrolled loop is 3-4x faster).
     const auto run = [&](auto kh, auto kw, auto dh, auto dw) {

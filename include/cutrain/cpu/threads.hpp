@@ -19,6 +19,9 @@ void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
 }
 #endif
+#ifdef CUTRAIN_ONEDNN
+extern "C" void omp_set_num_threads(int num_threads);  // oneDNN's pool (cutrain::onednn links libgomp)
+#endif
 
 namespace cutrain::inline CUTRAIN_ABI::cpu {
 
@@ -40,12 +43,15 @@ inline int num_threads() {
 #endif
 }
 
-// Caps the CPU GEMMs at n threads (n >= 1). Without OpenBLAS or OpenMP there is one thread
-// whatever n is.
+// Caps the CPU GEMMs (and oneDNN's convolutions, with cutrain::onednn) at n threads (n >= 1).
+// Without OpenBLAS, oneDNN or OpenMP there is one thread whatever n is.
 inline void set_num_threads(int n) {
   CUTRAIN_REQUIRE(n >= 1, InvalidArgument, "cpu::set_num_threads", "the thread count must be >= 1, got ", n);
 #ifdef CUTRAIN_OPENBLAS
   openblas_set_num_threads(n);
+#endif
+#ifdef CUTRAIN_ONEDNN
+  omp_set_num_threads(n);
 #endif
   Eigen::setNbThreads(n);
 }

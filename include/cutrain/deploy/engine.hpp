@@ -29,6 +29,7 @@
 
 #include "cutrain/core/cast.hpp"
 #include "cutrain/core/fp8.hpp"
+#include "cutrain/deploy/engine_onednn.hpp"
 #include "cutrain/deploy/engine_plan.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/broadcast.hpp"
@@ -129,6 +130,9 @@ class Engine {
   const CompileOptions& options() const { return opt_; }
   // How the engine was calibrated for 8-bit convolutions (deploy::quantize_e4m3); none: it was not.
   const std::optional<QuantizeOptions>& quantized() const { return quantized_; }
+  // The oneDNN tactic step i's f32 CPU convolution runs ("winograd blocked", ...: what compile's
+  // tuning chose, deploy/engine_onednn.hpp); "" for other steps and builds without cutrain::onednn.
+  std::string cpu_tactic(std::size_t i) const { return onednn_.tactic(i); }
 
   // The batch sizes captured as CUDA graphs so far (cuda_graph), with each graph's node count.
   std::vector<std::pair<std::int64_t, std::size_t>> captured() const {
@@ -159,6 +163,7 @@ class Engine {
                              : cutrain::detail::cat(" [", dtype_of<E>, ": ", ms(s.base_ms), "; e4m3 ", ms(s.e4m3_ms), "]");
       }
       r += "\n";
+      if (const std::string t = cpu_tactic(i); !t.empty()) r += "   oneDNN: " + t + "\n";
     }
     if (quantized_) {
       int convs = 0, eight = 0;
@@ -190,6 +195,7 @@ class Engine {
   // captured graphs' state.
   Engine(Plan<E> plan, const CompileOptions& o) : plan_(std::move(plan)), opt_(o) {
     fused_.resize(plan_.steps.size());
+    onednn_.build(plan_, o.device, o.layout);  // the f32 CPU steps oneDNN runs (cutrain::onednn)
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
       const auto& s = plan_.steps[i];
       // On the CPU a fusion graph runs as its separate ops anyway: run() calls them directly.
@@ -308,6 +314,7 @@ class Engine {
   Tensor<E> run(std::size_t i, const std::vector<Tensor<E>>& v) const {
     const auto& s = plan_.steps[i];
     const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
+    if (std::optional<Tensor<E>> y = onednn_.run(plan_, i, v, opt_.layout)) return std::move(*y);
     switch (s.kind) {
       case StepKind::conv:
 #ifdef CUTRAIN_WITH_CUDA
@@ -338,7 +345,8 @@ class Engine {
       case StepKind::scale_shift:
         return ops::binary(BinaryOp::add, ops::binary(BinaryOp::mul, x, s.w), s.b);
       case StepKind::activation: return ops::activation_forward(x, s.act);
-      case StepKind::pool: return ops::pool2d_forward(x, s.pool);
+      case StepKind::pool:
+        return ops::pool2d_forward(x, s.pool);
       case StepKind::global_avg_pool: return ops::global_avg_pool_forward(x);
       case StepKind::flatten: return ops::flatten(x);
       case StepKind::add: return ops::binary(BinaryOp::add, x, v[static_cast<std::size_t>(s.in2)]);
@@ -359,6 +367,7 @@ class Engine {
   MemoryPlan memory_;
   CompileOptions opt_;
   std::vector<std::shared_ptr<const ops::Fusion>> fused_;  // per step: the conv + bias + residual (+ act) graph
+  detail::OnednnSteps<E> onednn_;  // the f32 CPU steps oneDNN runs (deploy/engine_onednn.hpp)
   std::optional<QuantizeOptions> quantized_;
 };
 
@@ -403,7 +412,9 @@ Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, co
     }
     plan.steps.push_back(std::move(d));
   }
-  return Engine<E>(std::move(plan), o);
+  Engine<E> engine(std::move(plan), o);
+  engine.onednn_.tune(engine.plan_, o.layout);  // each CPU convolution's oneDNN tactic, timed here
+  return engine;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::deploy

@@ -227,6 +227,7 @@ void save_engine(const Engine<E>& engine, const std::filesystem::path& path) {
                                          {"axis", s.axis},
                                          {"module", s.module},
                                          {"merged", s.merged}});
+    if (const std::string t = engine.cpu_tactic(i); !t.empty()) j["cpu_tactic"] = t;
     if (s.w.defined()) weights.emplace(cutrain::detail::cat("step", i, ".w"), s.w.view());
     if (s.b.defined()) weights.emplace(cutrain::detail::cat("step", i, ".b"), s.b.view());
     if (s.wf.defined()) weights.emplace(cutrain::detail::cat("step", i, ".wf"), s.wf.view());
@@ -355,8 +356,10 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
       s.descale = dsc.to(d);
     };
     const auto& steps = json::as_array(json::at(plan, "steps"));
+    std::vector<std::string> tactics(steps.size());  // the CPU convolutions' oneDNN tactics
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const auto& j = steps[i];
+      if (const auto* t = json::find(j, "cpu_tactic")) tactics[i] = json::as_string(*t);
       Step<E> s;
       try {  // the step's index (and module, once read) in every message about it
         s = Step<E>{.kind = detail::step_kind(json::as_string(json::at(j, "kind"))),
@@ -442,6 +445,7 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
 #endif
     Engine<E> e(std::move(p), o);
     e.quantized_ = quantized;
+    for (std::size_t i = 0; i < tactics.size(); ++i) e.onednn_.set_tactic(i, std::move(tactics[i]));
     return e;
   } catch (const InvalidArgument& e) {
     throw IoError(std::string(op), cutrain::detail::cat(path.string(), ": the engine does not add up: ", e.what()));

@@ -1,0 +1,497 @@
+// f32 forward convolutions and linear layers on the CPU through oneDNN (Debian's libdnnl, 2.x or
+// 3.x), for programs built against cutrain::onednn (CUTRAIN_ONEDNN defined).
+//  - Conv2d: y = act(conv(x, w) + bias + residual) as one oneDNN primitive (bias, a sum post-op
+//    for the residual, an eltwise post-op for the activation), on x in NHWC or NCHW as it is, with
+//    weights in the blocked format oneDNN picks for the CPU it runs on (its brgemm/JIT kernels:
+//    AVX2, AVX-512, AMX). cpu::conv2d_fused_forward and cpu::conv2d_forward use it for f32 (f64,
+//    the gradient checks' and GPU tests' oracle, stays on Eigen).
+//  - Linear: y = act(x w^T + bias), oneDNN's matmul with the same post-op.
+//  - Pool2d: max and average pooling (no ceil mode, no dilation), on all of oneDNN's threads.
+// The deploy engine keeps one of each per step, whose weights are reordered once per input shape
+// and kept. Threads: oneDNN's OpenMP pool (cpu::set_num_threads sets it).
+#pragma once
+
+#include "cutrain/core/abi.hpp"
+
+namespace cutrain::inline CUTRAIN_ABI::cpu::onednn {
+class Conv2d;  // declared in every build, so that a class holding one has one layout
+class Linear;
+class Pool2d;
+}
+
+#ifdef CUTRAIN_ONEDNN
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "cutrain/core/params/activation.hpp"
+#include "cutrain/core/params/conv2d.hpp"
+#include "cutrain/core/params/pool2d.hpp"
+#include "cutrain/core/random.hpp"
+#include "cutrain/core/tensor.hpp"
+
+namespace cutrain::inline CUTRAIN_ABI::cpu::onednn {
+
+namespace detail {
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+// One engine and stream per thread: oneDNN's objects are not shared across threads here.
+inline dnnl::engine& engine() {
+  thread_local dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+inline dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// oneDNN's eltwise post-op for act, or nullopt (identity, or none that matches cutrain's form).
+inline std::optional<std::tuple<dnnl::algorithm, float, float>> eltwise(const ActivationParams& a) {
+  using A = dnnl::algorithm;
+  const auto alpha = static_cast<float>(a.alpha);
+  switch (a.kind) {
+    case Activation::relu: return std::tuple{A::eltwise_relu, 0.0f, 0.0f};
+    case Activation::leaky_relu: return std::tuple{A::eltwise_relu, alpha, 0.0f};
+    case Activation::elu: return std::tuple{A::eltwise_elu, alpha, 0.0f};
+    case Activation::sigmoid: return std::tuple{A::eltwise_logistic, 0.0f, 0.0f};
+    case Activation::tanh: return std::tuple{A::eltwise_tanh, 0.0f, 0.0f};
+    case Activation::gelu_erf: return std::tuple{A::eltwise_gelu_erf, 0.0f, 0.0f};
+    case Activation::gelu_tanh: return std::tuple{A::eltwise_gelu_tanh, 0.0f, 0.0f};
+    case Activation::silu: return std::tuple{A::eltwise_swish, 1.0f, 0.0f};
+    default: return std::nullopt;
+  }
+}
+// The attributes of act (+ a sum first, for a residual): post-ops oneDNN fuses into the op.
+inline dnnl::primitive_attr post_ops(const std::optional<std::tuple<dnnl::algorithm, float, float>>& act, bool sum) {
+  dnnl::post_ops po;
+  if (sum) po.append_sum(1.0f);
+  if (act) {
+    const auto [alg, alpha, beta] = *act;
+#if DNNL_VERSION_MAJOR >= 3
+    po.append_eltwise(alg, alpha, beta);
+#else
+    po.append_eltwise(1.0f, alg, alpha, beta);
+#endif
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  return attr;
+}
+
+// A descriptor's dims, as a Shape (oneDNN 2 and 3 name the getter differently).
+inline Shape dims_of(const dnnl::memory::desc& d) {
+#if DNNL_VERSION_MAJOR >= 3
+  const auto v = d.get_dims();
+#else
+  const auto v = d.dims();
+#endif
+  return Shape(std::vector<std::int64_t>(v.begin(), v.end()));
+}
+
+// This thread's scratch buffer slot (0: x's blocked copy, 1: y's), at least bytes long: grown to
+// the largest asked for and kept, so that a convolution through the blocked layout allocates,
+// page-faults and zero-fills nothing per call.
+inline void* scratch(int slot, std::size_t bytes) {
+  struct Buffer {
+    void* p = nullptr;
+    std::size_t n = 0;
+    ~Buffer() { ::operator delete(p, std::align_val_t{64}); }
+  };
+  thread_local std::array<Buffer, 2> buffers;
+  Buffer& b = buffers[static_cast<std::size_t>(slot)];
+  if (b.n < bytes) {
+    ::operator delete(b.p, std::align_val_t{64});
+    b.p = nullptr;
+    b.p = ::operator new(bytes, std::align_val_t{64});
+    b.n = bytes;
+  }
+  return b.p;
+}
+
+// user reordered into a new memory of desc (weights into the format a primitive chose).
+inline dnnl::memory reordered(dnnl::memory user, const dnnl::memory::desc& desc) {
+  dnnl::memory m(desc, engine());
+  dnnl::reorder(user, m).execute(stream(), user, m);
+  stream().wait();
+  return m;
+}
+}  // namespace detail
+
+// A convolution with its weights, bias, parameters and activation fixed: forward(x, residual)
+// for any x of w's channels. Per input shape (and layout, and whether a residual comes) it keeps
+// a primitive and the weights reordered for it. Safe to call from several threads.
+//
+// Its tactics (candidate primitives): "direct nhwc" / "direct nchw" on x's own layout (oneDNN's
+// brgemm/JIT kernels for NHWC); "direct blocked" on the blocked layout oneDNN prefers (nChw16c on
+// AVX-512), x reordered into it and y out of it; for 3x3 stride-1 convolutions "winograd blocked",
+// Winograd F(4x4, 3x3) on the blocked layout. By default it runs the first direct one oneDNN has
+// a kernel for. tune(...) times every tactic at one input shape, the reorders included, and sets
+// the fastest whose output agrees with the direct one's (Winograd rounds differently: within 1e-4
+// of the output's largest magnitude); that tactic then runs at every shape that has it. The
+// deploy engine tunes at its compiled batch and keeps the choice in its engine file
+// (set_tactic), so that a loaded engine computes what the saved one did.
+class Conv2d {
+ public:
+  // w [K, C/groups, R, S] and bias [K] (or undefined) are viewed, not copied: they must not
+  // change while this object is used (the deploy engine's weights do not).
+  Conv2d(const Tensor<float>& w, const Tensor<float>& bias, const Conv2dParams& p, const ActivationParams& act)
+      : w_(w.contiguous(Layout::row_major)), b_(bias.defined() ? bias.contiguous(Layout::row_major) : Tensor<float>{}),
+        p_(p), act_(act), eltwise_(detail::eltwise(act)) {}
+
+  // Times the tactics on random data of x's shape and layouts (x_nhwc, y_nhwc: NHWC, else NCHW),
+  // with a residual or not, and sets the winner; returns "winograd blocked (direct nhwc 7.2 ms;
+  // ...)", or "" where oneDNN has no direct kernel at all. Call it before forward runs elsewhere.
+  std::string tune(const Shape& x, bool x_nhwc, bool y_nhwc, bool residual) {
+    Prepared pr = prepare(x, x_nhwc, y_nhwc, residual, /*all=*/true);
+    std::lock_guard lock(m_);
+    by_shape_.clear();  // prepared for the old tactic
+    tactic_ = pr.chosen ? pr.chosen->name : std::string();
+    tuned_ = pr.chosen ? cutrain::detail::cat(tactic_, " (", pr.report, ")") : std::string();
+    return tuned_;
+  }
+  // The tactic to run (as tune sets it; a name this oneDNN does not offer at a shape runs the default).
+  void set_tactic(std::string name) {
+    std::lock_guard lock(m_);
+    by_shape_.clear();
+    tactic_ = std::move(name);
+    tuned_.clear();
+  }
+  std::string tactic() const {
+    std::lock_guard lock(m_);
+    return tactic_;
+  }
+  // What tune measured ("" when the tactic was set or is the default), for reports.
+  std::string tuning() const {
+    std::lock_guard lock(m_);
+    return tuned_;
+  }
+
+  // Whether forward applies act itself (as a post-op); else the caller applies it after.
+  bool fuses_activation() const { return act_.kind == Activation::identity || eltwise_.has_value(); }
+
+  // act(conv(x, w) + bias + residual) into y [N, K, Ho, Wo], NHWC or NCHW, from x contiguous
+  // NHWC or NCHW; residual undefined or y's shape, any layout. The activation is applied only
+  // where fuses_activation(). False, having run nothing, where oneDNN has no direct kernel (only
+  // its im2col + GEMM or reference code): cutrain's own im2col is no slower, and the caller runs it.
+  [[nodiscard]] bool forward(const Tensor<float>& x, const Tensor<float>& residual, Tensor<float>& y) const {
+    const Prepared& pr = prepared(x.shape(), nhwc(x), nhwc(y), residual.defined());
+    if (!pr.chosen) return false;
+    run(*pr.chosen, pr, x, residual, y);
+    return true;
+  }
+
+ private:
+  struct Candidate {
+    std::string name;
+    dnnl::convolution_forward conv;
+    dnnl::memory weights;                   // in the primitive's format
+    dnnl::memory::desc conv_src, conv_dst;  // the primitive's formats (the user's, or blocked)
+  };
+  struct Prepared {
+    std::optional<Candidate> chosen;  // nullopt: no direct kernel
+    dnnl::memory::desc src, dst, bias;  // the user's formats
+    std::string report;
+  };
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool>;
+
+  // A tensor of one channel is NCHW and NHWC at once: described as NHWC, which has direct kernels.
+  static bool nhwc(const Tensor<float>& t) { return t.layout() == Layout::nhwc || t.dim(1) == 1; }
+
+  const Prepared& prepared(const Shape& x, bool x_nhwc, bool y_nhwc, bool residual) const {
+    const Key key{x[0], x[1], x[2], x[3], x_nhwc, y_nhwc, residual};
+    std::lock_guard lock(m_);
+    if (auto it = by_shape_.find(key); it != by_shape_.end()) return *it->second;
+    return *by_shape_.emplace(key, std::make_unique<Prepared>(prepare(x, x_nhwc, y_nhwc, residual, false)))
+                .first->second;
+  }
+
+  // The candidate primitive of these formats and algorithm, its weights reordered; nullopt where
+  // oneDNN has none, or only im2col + GEMM ("gemm:...") or reference ("ref:...") code.
+  std::optional<Candidate> candidate(std::string name, const dnnl::memory::desc& src, const dnnl::memory::desc& dst,
+                                     dnnl::algorithm alg, bool residual) const {
+    using dnnl::memory;
+    const std::int64_t K = w_.dim(0), C = detail::dims_of(src)[1], R = w_.dim(2), S = w_.dim(3), G = p_.groups;
+    const memory::dims wdims = G == 1 ? memory::dims{K, C, R, S} : memory::dims{G, K / G, C / G, R, S};
+    const memory::desc user_w(wdims, detail::dt::f32, G == 1 ? detail::tag::oihw : detail::tag::goihw);
+    const memory::desc any_w(wdims, detail::dt::f32, detail::tag::any);
+    const memory::desc bias = b_.defined() ? memory::desc({K}, detail::dt::f32, detail::tag::a) : memory::desc();
+    const dnnl::primitive_attr attr = detail::post_ops(eltwise_, residual);
+    const memory::dims strides{p_.stride_h, p_.stride_w}, dilation{p_.dilation_h - 1, p_.dilation_w - 1};
+    const memory::dims pad_l{p_.pad_top, p_.pad_left}, pad_r{p_.pad_bottom, p_.pad_right};
+    auto& eng = detail::engine();
+    try {
+#if DNNL_VERSION_MAJOR >= 3
+      const dnnl::convolution_forward::primitive_desc pd(eng, dnnl::prop_kind::forward_inference, alg, src, any_w, bias,
+                                                         dst, strides, dilation, pad_l, pad_r, attr);
+#else
+      const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, any_w, bias, dst, strides,
+                                              dilation, pad_l, pad_r);
+      const dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
+#endif
+      // Its direct kernels are "jit..." and "brg..."; "gemm:..." (im2col) and "ref:..." are not.
+      const std::string_view impl = pd.impl_info_str();
+      if (!impl.starts_with("jit") && !impl.starts_with("brg")) return std::nullopt;
+      return Candidate{std::move(name), dnnl::convolution_forward(pd),
+                       detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), pd.src_desc(),
+                       pd.dst_desc()};
+    } catch (const dnnl::error&) {  // no implementation of this algorithm for the shape
+      return std::nullopt;
+    }
+  }
+
+  // c on x (and the residual) into y, through c's formats.
+  void run(const Candidate& c, const Prepared& pr, const Tensor<float>& x, const Tensor<float>& residual,
+           Tensor<float>& y) const {
+    auto& eng = detail::engine();
+    auto& s = detail::stream();
+    dnnl::memory xu(pr.src, eng, x.data()), yu(pr.dst, eng, y.data());
+    if (residual.defined()) y.copy_from(residual);  // the sum post-op adds to what y holds
+    const bool x_own = c.conv_src == pr.src, y_own = c.conv_dst == pr.dst;
+    dnnl::memory xs = x_own ? xu : dnnl::memory(c.conv_src, eng, detail::scratch(0, c.conv_src.get_size()));
+    dnnl::memory ys = y_own ? yu : dnnl::memory(c.conv_dst, eng, detail::scratch(1, c.conv_dst.get_size()));
+    if (!x_own) dnnl::reorder(xu, xs).execute(s, xu, xs);
+    if (!y_own && residual.defined()) dnnl::reorder(yu, ys).execute(s, yu, ys);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, c.weights}, {DNNL_ARG_DST, ys}};
+    if (b_.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr.bias, eng, b_.data()));
+    c.conv.execute(s, args);
+    if (!y_own) dnnl::reorder(ys, yu).execute(s, ys, yu);
+    s.wait();
+  }
+
+  // The tactics at x's shape: all of them, timed, the fastest that agrees chosen (all); else the
+  // one set (tactic_, read under m_ by the caller) where oneDNN has it, or the first direct one.
+  Prepared prepare(const Shape& x, bool x_nhwc, bool y_nhwc, bool residual, bool all) const {
+    using dnnl::memory;
+    const std::int64_t N = x[0], C = x[1], H = x[2], W = x[3], K = w_.dim(0), R = w_.dim(2), S = w_.dim(3);
+    const std::int64_t Ho = (H + p_.pad_top + p_.pad_bottom - p_.dilation_h * (R - 1) - 1) / p_.stride_h + 1;
+    const std::int64_t Wo = (W + p_.pad_left + p_.pad_right - p_.dilation_w * (S - 1) - 1) / p_.stride_w + 1;
+    Prepared pr;
+    pr.src = memory::desc({N, C, H, W}, detail::dt::f32, x_nhwc ? detail::tag::nhwc : detail::tag::nchw);
+    pr.dst = memory::desc({N, K, Ho, Wo}, detail::dt::f32, y_nhwc ? detail::tag::nhwc : detail::tag::nchw);
+    if (b_.defined()) pr.bias = memory::desc({K}, detail::dt::f32, detail::tag::a);
+    const memory::desc any_src({N, C, H, W}, detail::dt::f32, detail::tag::any);
+    const memory::desc any_dst({N, K, Ho, Wo}, detail::dt::f32, detail::tag::any);
+    const auto direct = dnnl::algorithm::convolution_direct;
+    const bool wino = R == 3 && S == 3 && p_.stride_h == 1 && p_.stride_w == 1 && p_.dilation_h == 1 &&
+                      p_.dilation_w == 1 && p_.groups == 1;
+    const std::string own = x_nhwc ? "direct nhwc" : "direct nchw";
+    const auto make = [&](const std::string& name) -> std::optional<Candidate> {
+      if (name == "direct nhwc" || name == "direct nchw")
+        return name == own ? candidate(name, pr.src, pr.dst, direct, residual) : std::nullopt;
+      if (name == "direct blocked") return candidate(name, any_src, any_dst, direct, residual);
+      if (name == "winograd blocked" && wino)
+        return candidate(name, any_src, any_dst, dnnl::algorithm::convolution_winograd, residual);
+      return std::nullopt;
+    };
+    if (!all) {
+      if (!tactic_.empty()) pr.chosen = make(tactic_);
+      if (!pr.chosen) pr.chosen = make(own);
+      if (!pr.chosen) pr.chosen = make("direct blocked");
+      return pr;
+    }
+    std::vector<Candidate> cands;
+    for (const std::string& name : {own, std::string("direct blocked"), std::string("winograd blocked")})
+      if (auto c = make(name)) cands.push_back(std::move(*c));
+    if (!cands.empty()) pr.chosen = std::move(choose(cands, pr, x, residual, pr.report));
+    return pr;
+  }
+
+  // The fastest candidate on random data of x's shape whose output agrees with the first's (a
+  // direct one); how each did goes into report.
+  Candidate& choose(std::vector<Candidate>& cands, const Prepared& pr, const Shape& x, bool residual,
+                    std::string& report) const {
+    const auto layout = [](const dnnl::memory::desc& d, const Shape& s) {
+      return d == dnnl::memory::desc({s[0], s[1], s[2], s[3]}, detail::dt::f32, detail::tag::nhwc) ? Layout::nhwc
+                                                                                                 : Layout::row_major;
+    };
+    Rng rng(x.numel());
+    const Shape ys = detail::dims_of(pr.dst);
+    const auto xt = Tensor<float>::uniform(x, rng, -1, 1, {.layout = layout(pr.src, x)});
+    const auto rt = residual ? Tensor<float>::uniform(ys, rng, -1, 1, {.layout = layout(pr.dst, ys)}) : Tensor<float>{};
+    std::vector<float> ref;
+    double best_ms = 0;
+    std::size_t best = 0;
+    for (std::size_t i = 0; i < cands.size(); ++i) {
+      Tensor<float> y(ys, {.layout = layout(pr.dst, ys)});
+      run(cands[i], pr, xt, rt, y);  // warm-up: pages touched, caches filled
+      double ms = 0;
+      for (int k = 0; k < 3; ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run(cands[i], pr, xt, rt, y);
+        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        ms = k == 0 ? t : std::min(ms, t);
+      }
+      const auto out = y.to_vector();
+      bool agrees = true;
+      if (i == 0) {
+        ref = out;
+      } else {
+        double err = 0, peak = 1;
+        for (std::size_t e = 0; e < out.size(); ++e) {
+          err = std::max(err, static_cast<double>(std::abs(out[e] - ref[e])));
+          peak = std::max(peak, static_cast<double>(std::abs(ref[e])));
+        }
+        agrees = err <= 1e-4 * peak;
+      }
+      report += cutrain::detail::cat(i ? "; " : "", cands[i].name, " ", ms, " ms", agrees ? "" : " (disagrees)");
+      if (agrees && (i == 0 || ms < best_ms)) best = i, best_ms = ms;
+    }
+    return cands[best];
+  }
+
+  Tensor<float> w_, b_;
+  Conv2dParams p_;
+  ActivationParams act_;
+  std::optional<std::tuple<dnnl::algorithm, float, float>> eltwise_;
+  mutable std::mutex m_;
+  std::string tactic_, tuned_;  // under m_
+  mutable std::map<Key, std::unique_ptr<Prepared>> by_shape_;
+};
+
+// A linear layer with its weights, bias and activation fixed: y = act(x w^T + bias) for x [N, in],
+// as oneDNN's matmul (its brgemm kernels, whatever BLAS the program links; its inner product
+// primitive ran a batch of 1 on one thread, where the weights' reading bounds it).
+// Per batch size it keeps a primitive and the weights reordered for it. Safe to call from several
+// threads.
+class Linear {
+ public:
+  // w [out, in] and bias [out] (or undefined) are viewed: they must not change while in use.
+  Linear(const Tensor<float>& w, const Tensor<float>& bias, const ActivationParams& act)
+      : w_(w.contiguous(Layout::row_major)), b_(bias.defined() ? bias.contiguous(Layout::row_major) : Tensor<float>{}),
+        act_(act), eltwise_(detail::eltwise(act)) {}
+
+  bool fuses_activation() const { return act_.kind == Activation::identity || eltwise_.has_value(); }
+
+  // act(x w^T + bias) for x [N, in] row-major (the activation only where fuses_activation()).
+  Tensor<float> forward(const Tensor<float>& x) const {
+    const Tensor<float> xs = x.contiguous(Layout::row_major);
+    const Prepared& pr = prepared(x.dim(0));
+    Tensor<float> y = Tensor<float>::empty(Shape{x.dim(0), w_.dim(0)});
+    dnnl::memory src(pr.src, detail::engine(), xs.data()), dst(pr.dst, detail::engine(), y.data());
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, pr.weights}, {DNNL_ARG_DST, dst}};
+    if (b_.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr.bias, detail::engine(), b_.data()));
+    pr.mm.execute(detail::stream(), args);
+    detail::stream().wait();
+    return y;
+  }
+
+ private:
+  struct Prepared {
+    dnnl::matmul mm;
+    dnnl::memory weights;
+    dnnl::memory::desc src, dst, bias;
+  };
+
+  const Prepared& prepared(std::int64_t n) const {
+    std::lock_guard lock(m_);
+    if (auto it = by_batch_.find(n); it != by_batch_.end()) return *it->second;
+    return *by_batch_.emplace(n, std::make_unique<Prepared>(prepare(n))).first->second;
+  }
+
+  Prepared prepare(std::int64_t n) const {
+    using dnnl::memory;
+    const std::int64_t out = w_.dim(0), in = w_.dim(1);
+    const memory::desc src({n, in}, detail::dt::f32, detail::tag::ab), dst({n, out}, detail::dt::f32, detail::tag::ab);
+    // w [out, in] row-major is the [in, out] weights matrix in column-major order ("ba").
+    const memory::desc user_w({in, out}, detail::dt::f32, detail::tag::ba), any_w({in, out}, detail::dt::f32, detail::tag::any);
+    const memory::desc bias = b_.defined() ? memory::desc({1, out}, detail::dt::f32, detail::tag::ab) : memory::desc();
+    const dnnl::primitive_attr attr = detail::post_ops(eltwise_, false);
+    auto& eng = detail::engine();
+#if DNNL_VERSION_MAJOR >= 3
+    const dnnl::matmul::primitive_desc pd(eng, src, any_w, bias, dst, attr);
+#else
+    const dnnl::matmul::desc d(src, any_w, bias, dst);
+    const dnnl::matmul::primitive_desc pd(d, attr, eng);
+#endif
+    return {dnnl::matmul(pd), detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), src, dst, bias};
+  }
+
+  Tensor<float> w_, b_;
+  ActivationParams act_;
+  std::optional<std::tuple<dnnl::algorithm, float, float>> eltwise_;
+  mutable std::mutex m_;
+  mutable std::map<std::int64_t, std::unique_ptr<Prepared>> by_batch_;
+};
+
+// A 2-d max or average pool as oneDNN's pooling primitive, for the deploy engine's f32 CPU steps:
+// x contiguous NHWC or NCHW, y in x's layout. Per input shape it keeps a primitive. Safe to call
+// from several threads.
+class Pool2d {
+ public:
+  explicit Pool2d(const Pool2dParams& p) : p_(p) {}
+
+  // Whether p is a pool this class runs: no ceil mode and no dilation (the caller runs the others).
+  static bool takes(const Pool2dParams& p) { return !p.ceil_mode && p.dilation_h == 1 && p.dilation_w == 1; }
+
+  Tensor<float> forward(const Tensor<float>& x) const {
+    const bool nhwc = x.layout() == Layout::nhwc || x.dim(1) == 1;
+    const Shape ys = pool2d_output_shape(x.shape(), p_, "onednn::Pool2d");
+    const Prepared& pr = prepared(x.shape(), nhwc);
+    Tensor<float> y = Tensor<float>::empty(ys, {.layout = nhwc ? Layout::nhwc : Layout::row_major});
+    auto& eng = detail::engine();
+    dnnl::memory src(pr.src, eng, x.data()), dst(pr.dst, eng, y.data());
+    pr.pool.execute(detail::stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    detail::stream().wait();
+    return y;
+  }
+
+ private:
+  struct Prepared {
+    dnnl::pooling_forward pool;
+    dnnl::memory::desc src, dst;
+  };
+
+  const Prepared& prepared(const Shape& x, bool nhwc) const {
+    const auto key = std::tuple{x[0], x[1], x[2], x[3], nhwc};
+    std::lock_guard lock(m_);
+    if (auto it = by_shape_.find(key); it != by_shape_.end()) return *it->second;
+    return *by_shape_.emplace(key, std::make_unique<Prepared>(prepare(x, nhwc))).first->second;
+  }
+
+  Prepared prepare(const Shape& x, bool nhwc) const {
+    using dnnl::memory;
+    const Shape y = pool2d_output_shape(x, p_, "onednn::Pool2d");
+    const auto t = nhwc ? detail::tag::nhwc : detail::tag::nchw;
+    const memory::desc src({x[0], x[1], x[2], x[3]}, detail::dt::f32, t), dst({y[0], y[1], y[2], y[3]}, detail::dt::f32, t);
+    const auto alg = p_.mode == PoolMode::max ? dnnl::algorithm::pooling_max
+                     : p_.count_include_pad  ? dnnl::algorithm::pooling_avg_include_padding
+                                             : dnnl::algorithm::pooling_avg_exclude_padding;
+    const memory::dims strides{p_.effective_stride_h(), p_.effective_stride_w()}, kernel{p_.kernel_h, p_.kernel_w};
+    const memory::dims pad_l{p_.pad_top, p_.pad_left}, pad_r{p_.pad_bottom, p_.pad_right};
+    auto& eng = detail::engine();
+#if DNNL_VERSION_MAJOR >= 3
+    const dnnl::pooling_forward::primitive_desc pd(eng, dnnl::prop_kind::forward_inference, alg, src, dst, strides,
+                                                   kernel, memory::dims{0, 0}, pad_l, pad_r);
+#else
+    const dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, strides, kernel, pad_l, pad_r);
+    const dnnl::pooling_forward::primitive_desc pd(d, eng);
+#endif
+    return {dnnl::pooling_forward(pd), src, dst};
+  }
+
+  Pool2dParams p_;
+  mutable std::mutex m_;
+  mutable std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool>, std::unique_ptr<Prepared>>
+      by_shape_;
+};
+
+}  // namespace cutrain::inline CUTRAIN_ABI::cpu::onednn
+
+#endif  // CUTRAIN_ONEDNN
