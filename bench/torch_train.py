@@ -42,6 +42,24 @@ def median_step_ms(step):
     return statistics.median(ms)
 
 
+def captured(step, loss_of, opt):
+    """The training step as a CUDA graph: 3 warm-up steps on a side stream, then loss_of(),
+    backward and opt.step() captured (no scaler: the graphed rows have none); returns its replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        loss = loss_of()
+        loss.backward()
+        opt.step()
+    return g.replay
+
+
 ROWS = [(128, "fp32", False), (128, "fp32", True), (512, "fp32", False), (512, "fp32", True),
         (128, "bf16", False), (128, "bf16", True), (512, "bf16", False), (512, "bf16", True), (512, "f16", False)]
 
@@ -76,22 +94,7 @@ def train_rows():
                 loss.backward()
                 opt.step()
 
-        if graphed:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    step()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            opt.zero_grad(set_to_none=True)
-            with torch.cuda.graph(g):
-                loss = loss_of()
-                loss.backward()
-                opt.step()
-            ms = median_step_ms(g.replay)
-        else:
-            ms = median_step_ms(step)
+        ms = median_step_ms(captured(step, loss_of, opt) if graphed else step)
         res[f"train/fmnet_b{batch}_{precision}_{'cudagraph' if graphed else 'eager'}"] = ms
     return res
 
@@ -132,22 +135,7 @@ def resnet_rows():
                 loss.backward()
                 opt.step()
 
-            if graphed:
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(3):
-                        step()
-                torch.cuda.current_stream().wait_stream(s)
-                g = torch.cuda.CUDAGraph()
-                opt.zero_grad(set_to_none=True)
-                with torch.cuda.graph(g):
-                    loss = loss_of()
-                    loss.backward()
-                    opt.step()
-                ms = median_ms_per_step(g.replay)
-            else:
-                ms = median_ms_per_step(step)
+            ms = median_ms_per_step(captured(step, loss_of, opt) if graphed else step)
             res[f"train/resnet18_b{batch}_bf16_{'cudagraph' if graphed else 'eager'}"] = ms
     return res
 
