@@ -9,6 +9,7 @@
 #ifdef CUTRAIN_ONEDNN
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cutrain/autograd/engine.hpp"
@@ -155,6 +156,31 @@ TEST_CASE("deploy engine on the CPU in NHWC f32 (oneDNN) matches the model, and 
     const auto x = Tensor<float>::uniform(in, rng, -1, 1);
     const auto a = engine(x).contiguous(Layout::row_major), b = loaded(x).contiguous(Layout::row_major);
     for (std::int64_t i = 0; i < a.numel(); ++i) REQUIRE(a.flat(i) == b.flat(i));
+  }
+}
+
+TEST_CASE("deploy engine on oneDNN: calls from other threads than the compiling one", "[onednn][deploy]") {
+  Rng rng(79);
+  auto net = small_resnet(rng);
+  const auto engine = deploy::compile<float>(net, Shape{2, 3, 8, 8}, {.layout = Layout::nhwc});
+  const auto x = Tensor<float>::uniform(Shape{2, 3, 8, 8}, rng, -1, 1);
+  const auto want = engine(x).contiguous(Layout::row_major);
+  std::vector<Tensor<float>> got(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&, t] {
+      try {
+        for (int k = 0; k < 5; ++k) got[t] = engine(x).contiguous(Layout::row_major);
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (std::size_t t = 0; t < got.size(); ++t) {
+    INFO("thread " << t << ": " << errors[t]);
+    REQUIRE(errors[t].empty());
+    for (std::int64_t i = 0; i < want.numel(); ++i) REQUIRE(got[t].flat(i) == want.flat(i));
   }
 }
 

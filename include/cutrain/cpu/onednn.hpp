@@ -52,9 +52,10 @@ namespace detail {
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// One engine and stream per thread: oneDNN's objects are not shared across threads here.
+// oneDNN's CPU engine, one for the process (immutable once made: a primitive made on one thread
+// runs on another's stream only if both come from the same engine), and a stream per thread.
 inline dnnl::engine& engine() {
-  thread_local dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
 inline dnnl::stream& stream() {
