@@ -88,7 +88,7 @@ void resnet_step(benchmark::State& state, std::int64_t batch, bool graphed, bool
     state.SkipWithError("no CUDA device");
     return;
   }
-  const autotune::ModeGuard tuned(autotune::Mode::benchmark);  // gpu-check runs the rest heuristic
+  const cuda::autotune::ModeGuard tuned(cuda::autotune::Mode::benchmark);  // gpu-check runs the rest heuristic
   const Device dev = Device::cuda(0);
   cuda::Stream stream;
   cuda::StreamGuard on(stream.get());
