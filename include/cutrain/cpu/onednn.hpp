@@ -164,24 +164,17 @@ class Conv2d {
     std::lock_guard lock(m_);
     by_shape_.clear();  // prepared for the old tactic
     tactic_ = pr.chosen ? pr.chosen->name : std::string();
-    tuned_ = pr.chosen ? cutrain::detail::cat(tactic_, " (", pr.report, ")") : std::string();
-    return tuned_;
+    return pr.chosen ? cutrain::detail::cat(tactic_, " (", pr.report, ")") : std::string();
   }
   // The tactic to run (as tune sets it; a name this oneDNN does not offer at a shape runs the default).
   void set_tactic(std::string name) {
     std::lock_guard lock(m_);
     by_shape_.clear();
     tactic_ = std::move(name);
-    tuned_.clear();
   }
   std::string tactic() const {
     std::lock_guard lock(m_);
     return tactic_;
-  }
-  // What tune measured ("" when the tactic was set or is the default), for reports.
-  std::string tuning() const {
-    std::lock_guard lock(m_);
-    return tuned_;
   }
 
   // Whether forward applies act itself (as a post-op); else the caller applies it after.
@@ -310,27 +303,24 @@ class Conv2d {
     std::vector<Candidate> cands;
     for (const std::string& name : {own, std::string("direct blocked"), std::string("winograd blocked")})
       if (auto c = make(name)) cands.push_back(std::move(*c));
-    if (!cands.empty()) pr.chosen = std::move(choose(cands, pr, x, residual, pr.report));
+    if (!cands.empty()) pr.chosen = std::move(choose(cands, pr, x, x_nhwc, y_nhwc, residual, pr.report));
     return pr;
   }
 
   // The fastest candidate on random data of x's shape whose output agrees with the first's (a
   // direct one); how each did goes into report.
-  Candidate& choose(std::vector<Candidate>& cands, const Prepared& pr, const Shape& x, bool residual,
-                    std::string& report) const {
-    const auto layout = [](const dnnl::memory::desc& d, const Shape& s) {
-      return d == dnnl::memory::desc({s[0], s[1], s[2], s[3]}, detail::dt::f32, detail::tag::nhwc) ? Layout::nhwc
-                                                                                                 : Layout::row_major;
-    };
+  Candidate& choose(std::vector<Candidate>& cands, const Prepared& pr, const Shape& x, bool x_nhwc, bool y_nhwc,
+                    bool residual, std::string& report) const {
+    const Layout xl = x_nhwc ? Layout::nhwc : Layout::row_major, yl = y_nhwc ? Layout::nhwc : Layout::row_major;
     Rng rng(x.numel());
     const Shape ys = detail::dims_of(pr.dst);
-    const auto xt = Tensor<float>::uniform(x, rng, -1, 1, {.layout = layout(pr.src, x)});
-    const auto rt = residual ? Tensor<float>::uniform(ys, rng, -1, 1, {.layout = layout(pr.dst, ys)}) : Tensor<float>{};
+    const auto xt = Tensor<float>::uniform(x, rng, -1, 1, {.layout = xl});
+    const auto rt = residual ? Tensor<float>::uniform(ys, rng, -1, 1, {.layout = yl}) : Tensor<float>{};
     std::vector<float> ref;
     double best_ms = 0;
     std::size_t best = 0;
     for (std::size_t i = 0; i < cands.size(); ++i) {
-      Tensor<float> y(ys, {.layout = layout(pr.dst, ys)});
+      Tensor<float> y(ys, {.layout = yl});
       run(cands[i], pr, xt, rt, y);  // warm-up: pages touched, caches filled
       double ms = 0;
       for (int k = 0; k < 3; ++k) {
@@ -362,7 +352,7 @@ class Conv2d {
   ActivationParams act_;
   std::optional<std::tuple<dnnl::algorithm, float, float>> eltwise_;
   mutable std::mutex m_;
-  std::string tactic_, tuned_;  // under m_
+  std::string tactic_;  // under m_
   mutable std::map<Key, std::unique_ptr<Prepared>> by_shape_;
 };
 
