@@ -130,6 +130,22 @@ void adamw_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& m, Tenso
          m.data(), v.data(), n, lr, beta1, beta2, eps, weight_decay, step_size, bias_correction2_sqrt, hyper);
 }
 
+// shadow = decay * shadow + (1 - decay) * w, in place (optim::EMA): both f32 on one CUDA device,
+// w of shadow's shape (staged to shadow's layout when it differs); shadow contiguous.
+inline void ema_update(Tensor<float>& shadow, const Tensor<float>& w, double decay) {
+  constexpr std::string_view op = "cuda::kernels::ema_update";
+  CUTRAIN_REQUIRE(decay >= 0 && decay <= 1, InvalidArgument, op, "decay must be in [0, 1], got ", decay);
+  detail::require_cuda_input(op, w, "w");
+  detail::require_output(op, shadow, w.shape(), w.device(), "shadow");
+  const long long n = shadow.numel();
+  if (n == 0) return;
+  const Tensor<float> ws = detail::staged(w, shadow.layout());
+  const int dev = shadow.device().index;
+  DeviceScope scope(dev);
+  launch(function(dev, detail::optim_program<float>(), "cutrain_ema_update"), grid_for(n), 256, op, shadow.data(),
+         ws.data(), n, static_cast<float>(decay));
+}
+
 // Dynamic loss scaling: g *= inv_scale in place (g contiguous, f32, bf16 or f16), and
 // *found_inf (a device int) set to 1 when any result is inf or NaN; it is never cleared here.
 template <GpuFloat G>

@@ -54,6 +54,12 @@ extern "C" __global__ void cutrain_adamw_step(float* w, const G* grad, float* m,
   }
 }
 
+// Exponential moving average of weights (optim::EMA): s = s + (1 - decay) * (w - s), in f32.
+extern "C" __global__ void cutrain_ema_update(float* s, const float* w, long long n, float decay) {
+  const float k = 1.0f - decay;
+  for (long long i = thread_index(); i < n; i += grid_stride()) s[i] += k * (w[i] - s[i]);
+}
+
 // Dynamic loss scaling: g *= inv_scale in place, and *found_inf = 1 when a result is inf or NaN
 // (never cleared here; every writer writes 1).
 extern "C" __global__ void cutrain_unscale_check(G* g, long long n, float inv_scale, int* found_inf) {
