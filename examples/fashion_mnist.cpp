@@ -3,15 +3,20 @@
 // one-cycle schedule. On cuda:0 when cutrain was built with CUDA and a GPU is present, else on
 // the CPU.
 //
-//   fashion_mnist [--device cpu|cuda] [--epochs N] [--batch N] [--lr X] [--seed N] [--data DIR]
-//                 [--limit N] [--width N] [--augment] [--label-smoothing X] [--cuda-graphs]
+//   fashion_mnist [--recipe default|fast] [--device cpu|cuda] [--epochs N] [--batch N] [--lr X]
+//                 [--seed N] [--data DIR] [--limit N] [--width N] [--augment] [--label-smoothing X]
+//                 [--ema DECAY] [--tta] [--target PERCENT] [--stop-at-target] [--cuda-graphs]
 //                 [--autotune heuristic|benchmark|cached] [--csv FILE] [--checkpoint FILE] [--resume]
 //                 [--stop-after N] [--deterministic] [--precision f32|bf16|f16]
 //
-// Prints per-epoch train loss, test loss and accuracy; a progress bar (loss, images/s, ETA) on a
-// terminal, plain lines every 100 steps otherwise; and as the last line: "final test accuracy
-// XX.XX%, YYYY images/s". --checkpoint writes model, optimizer, schedule position and loader
-// epoch after every epoch (atomically); --resume continues from it; --stop-after N ends the run
+// The flags and the two recipes are in fashion_mnist_args.hpp. Prints per-epoch train loss, test
+// loss and accuracy; a progress bar (loss, images/s, ETA) on a terminal, plain lines every 100
+// steps otherwise; with --target, "time to X% test accuracy: S s from process start" once an
+// epoch's test accuracy reaches it; and as the last line: "final test accuracy XX.XX%, YYYY
+// images/s". CUTRAIN_PROFILE=1 prints the op-by-op profile of steps 50-99. --ema DECAY
+// evaluates (and checkpoints) the moving average of the weights (optim::EMA); --tta sums the
+// logits of each test image and its mirror. --checkpoint writes model, optimizer, schedule
+// position and loader epoch after every epoch (atomically); --resume continues from it; --stop-after N ends the run
 // after epoch N as an interruption would (the schedule still spans --epochs). --deterministic
 // (GPU) has the autotuner pick only plans cuDNN marks deterministic (implies --autotune cached
 // unless benchmark is given: the first run tunes, ~20 s, later runs take the plans from the
@@ -32,6 +37,7 @@
 #include <fstream>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,101 +48,20 @@
 #include "cutrain/data/idx.hpp"
 #include "cutrain/data/loader.hpp"
 #include "cutrain/nn.hpp"
+#include "cutrain/optim/ema.hpp"
+#include "fashion_mnist_args.hpp"
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/kernels/prebuild.hpp"
 #include "cutrain/cuda/warm_start.hpp"
 #endif
 
 using namespace cutrain;
+using fashion_mnist_example::Args;
+using fashion_mnist_example::parse;
+using fashion_mnist_example::usage;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-struct Args {
-  std::string device;  // "" = auto
-  int epochs = 1;
-  std::int64_t batch = 128;
-  double lr = 2e-3;
-  std::uint64_t seed = 0;
-  std::string data = data::fashion_mnist_dir();
-  std::int64_t limit = 0;  // 0 = all
-  std::int64_t width = 1;
-  bool augment = false;
-  double label_smoothing = 0.0;
-  bool cuda_graphs = false;
-  std::string autotune = "heuristic";
-  nn::Precision precision = nn::Precision::f32;
-  std::string csv;
-  std::string checkpoint;
-  bool resume = false;
-  int stop_after = 0;  // 0 = run every epoch
-  bool deterministic = false;
-};
-
-[[noreturn]] void usage(const std::string& msg) {
-  std::cerr << "fashion_mnist: " << msg << "\n"
-            << "usage: fashion_mnist [--device cpu|cuda] [--epochs N] [--batch N] [--lr X] [--seed N]\n"
-            << "                     [--data DIR] [--limit N] [--width N] [--augment] [--label-smoothing X]\n"
-            << "                     [--cuda-graphs] [--autotune heuristic|benchmark|cached] [--csv FILE]\n"
-            << "                     [--checkpoint FILE] [--resume] [--stop-after N] [--deterministic]\n"
-            << "                     [--precision f32|bf16|f16]\n";
-  std::exit(2);
-}
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(f + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (f == "--device") a.device = value();
-      else if (f == "--epochs") a.epochs = std::stoi(value());
-      else if (f == "--batch") a.batch = std::stoll(value());
-      else if (f == "--lr") a.lr = std::stod(value());
-      else if (f == "--seed") a.seed = std::stoull(value());
-      else if (f == "--data") a.data = value();
-      else if (f == "--limit") a.limit = std::stoll(value());
-      else if (f == "--width") a.width = std::stoll(value());
-      else if (f == "--augment") a.augment = true;
-      else if (f == "--label-smoothing") a.label_smoothing = std::stod(value());
-      else if (f == "--cuda-graphs") a.cuda_graphs = true;
-      else if (f == "--autotune") a.autotune = value();
-      else if (f == "--csv") a.csv = value();
-      else if (f == "--checkpoint") a.checkpoint = value();
-      else if (f == "--resume") a.resume = true;
-      else if (f == "--stop-after") a.stop_after = std::stoi(value());
-      else if (f == "--deterministic") a.deterministic = true;
-      else if (f == "--precision") {
-        const auto p = nn::parse_precision(value());
-        if (!p) usage("--precision must be f32, bf16 or f16");
-        a.precision = *p;
-      }
-      else if (f == "--help" || f == "-h") usage("help");
-      else usage("unknown flag " + f);
-    } catch (const std::logic_error&) {  // stoi & co.
-      usage("bad value for " + f);
-    }
-  }
-  if (a.epochs < 1) usage("--epochs must be >= 1");
-  if (a.batch < 1) usage("--batch must be >= 1");
-  if (a.lr <= 0) usage("--lr must be positive");
-  if (a.limit < 0) usage("--limit must be >= 0");
-  if (!a.device.empty() && a.device != "cpu" && a.device != "cuda") usage("--device must be cpu or cuda");
-  if (a.width < 1 || a.width > 16) usage("--width must be in [1, 16]");
-  if (a.label_smoothing < 0 || a.label_smoothing >= 1) usage("--label-smoothing must be in [0, 1)");
-  if (a.resume && a.checkpoint.empty()) usage("--resume needs --checkpoint FILE");
-  if (a.stop_after < 0) usage("--stop-after must be >= 0");
-  if (a.deterministic && a.autotune == "heuristic") a.autotune = "cached";
-  if (a.autotune != "heuristic" && a.autotune != "benchmark" && a.autotune != "cached")
-    usage("--autotune must be heuristic, benchmark or cached");
-  if (a.precision == nn::Precision::f16 && a.cuda_graphs)
-    usage("--precision f16 scales the loss, which reads an overflow flag on the host every step: it cannot run in "
-          "a CUDA graph (use bf16 with --cuda-graphs)");
-  return a;
-}
 
 Device pick_device(const std::string& want) {
 #ifdef CUTRAIN_WITH_CUDA
@@ -166,27 +91,48 @@ struct Eval {
   double loss = 0, accuracy = 0;
 };
 
-Eval evaluate(nn::Sequential<float>& net, nn::Precision precision, data::Loader<float>& test) {
+// The test loss (of the images as they are) and accuracy; with mirrored, a loader of the same
+// images flipped left-right, each prediction is from the two logits summed.
+Eval evaluate(nn::Sequential<float>& net, nn::Precision precision, data::Loader<float>& test,
+              data::Loader<float>* mirrored) {
   net.eval();
   autograd::NoGradGuard no_grad;
   double loss_sum = 0;
-  std::int64_t correct = 0, n = 0;
+  std::vector<float> logits_sum;
+  std::vector<std::int32_t> labels;
   for (auto [x, y] : test) {
-    const std::int64_t b = y.numel();
     auto logits = nn::autocast(precision, net, x);
-    loss_sum += static_cast<double>(nn::cross_entropy(logits, y).item()) * static_cast<double>(b);
+    loss_sum += static_cast<double>(nn::cross_entropy(logits, y).item()) * static_cast<double>(y.numel());
     const auto l = logits.value().to_vector();
     const auto t = y.to_vector();
-    for (std::int64_t i = 0; i < b; ++i) {
-      int best = 0;
-      for (int c = 1; c < 10; ++c)
-        if (l[static_cast<std::size_t>(i * 10 + c)] > l[static_cast<std::size_t>(i * 10 + best)]) best = c;
-      correct += best == t[static_cast<std::size_t>(i)];
-    }
-    n += b;
+    logits_sum.insert(logits_sum.end(), l.begin(), l.end());
+    labels.insert(labels.end(), t.begin(), t.end());
+  }
+  if (mirrored != nullptr) {
+    std::size_t at = 0;
+    for (auto [x, y] : *mirrored)
+      for (float v : nn::autocast(precision, net, x).value().to_vector()) logits_sum.at(at++) += v;
+  }
+  const std::int64_t n = static_cast<std::int64_t>(labels.size());
+  std::int64_t correct = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    int best = 0;
+    for (int c = 1; c < 10; ++c)
+      if (logits_sum[static_cast<std::size_t>(i * 10 + c)] > logits_sum[static_cast<std::size_t>(i * 10 + best)])
+        best = c;
+    correct += best == labels[static_cast<std::size_t>(i)];
   }
   net.train();
   return {loss_sum / static_cast<double>(n), 100.0 * static_cast<double>(correct) / static_cast<double>(n)};
+}
+
+// The images flipped left-right (for test-time augmentation), in their own host storage.
+data::ImageDataset<float> mirrored(const data::ImageDataset<float>& ds) {
+  data::ImageDataset<float> out{ds.images.to(Device::cpu()), ds.labels.to(Device::cpu())};
+  const std::int64_t w = out.images.shape()[3], rows = out.images.numel() / w;
+  float* p = out.images.data();
+  for (std::int64_t r = 0; r < rows; ++r) std::reverse(p + r * w, p + (r + 1) * w);
+  return out;
 }
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -232,6 +178,8 @@ int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   try {
     const Device dev = pick_device(args.device);
+    if (args.recipe == "fast" && dev.is_cpu())
+      usage("--recipe fast trains in bf16 with CUDA graphs, which need the GPU");
     if (args.cuda_graphs && dev.is_cpu()) usage("--cuda-graphs needs the GPU");
     if (args.precision != nn::Precision::f32 && dev.is_cpu())
       usage("--precision bf16 and f16 need the GPU (the CPU backend computes in f32 and f64)");
@@ -290,11 +238,18 @@ int main(int argc, char** argv) {
                                    .hflip = args.augment,
                                    .device = dev});
     data::Loader test(test_set, {.batch = 1000, .normalize_mean = mean, .normalize_std = stdev, .device = dev});
+    const auto test_mirrored = args.tta ? mirrored(test_set) : data::ImageDataset<float>{};
+    std::optional<data::Loader<float>> test_flipped;
+    if (args.tta)
+      test_flipped.emplace(test_mirrored, data::LoaderOptions{.batch = 1000, .normalize_mean = mean,
+                                                              .normalize_std = stdev, .device = dev});
 
     Rng init(args.seed + 1);
     auto net = nn::fashion_mnist_cnn<float>(init, args.width);
     net.to(dev);
     optim::AdamW opt(net.parameters(), {.lr = args.lr, .weight_decay = 5e-4});
+    std::optional<optim::EMA<float>> ema;
+    if (args.ema > 0) ema.emplace(net, optim::EMAOptions{.decay = args.ema});
     const std::int64_t steps_per_epoch = train.size(), total_steps = steps_per_epoch * args.epochs;
     const optim::OneCycleSchedule sched{.max_lr = args.lr, .total_steps = total_steps};
     const CrossEntropyParams loss_params{.label_smoothing = args.label_smoothing};
@@ -328,6 +283,7 @@ int main(int argc, char** argv) {
               << " steps/epoch, width " << args.width << ", AdamW max lr " << args.lr
               << (args.augment ? ", crop+flip" : "")
               << (args.label_smoothing > 0 ? ", label smoothing " + std::to_string(args.label_smoothing) : "")
+              << (args.ema > 0 ? ", EMA " + std::to_string(args.ema) : "") << (args.tta ? ", flip TTA" : "")
               << (args.cuda_graphs ? ", CUDA graphs" : "") << (dev.is_cpu() ? "" : ", autotune " + args.autotune)
               << (args.deterministic ? ", deterministic" : "") << ", " << nn::to_string(args.precision)
               << std::endl;
@@ -364,6 +320,10 @@ int main(int argc, char** argv) {
     std::int64_t images_total = 0;
     double train_seconds = 0;
     Eval last{};
+    std::optional<double> reached;  // seconds from process start to args.target
+    // CUTRAIN_PROFILE=1: the ops of steps 50 to 99 timed and tabled (core/profile.hpp; the ops of
+    // a replayed CUDA graph are not dispatched one by one, so profile without --cuda-graphs).
+    std::unique_ptr<profile::Session> prof;
     net.train();
     for (int epoch = first_epoch; epoch <= args.epochs; ++epoch) {
       const auto t_epoch = Clock::now();
@@ -371,6 +331,11 @@ int main(int argc, char** argv) {
       std::int64_t seen = 0, window_from = 0, k = 0;
       const Progress progress(epoch, steps_per_epoch);
       for (auto [x, y] : train) {
+        if (step == 50) prof = profile::Session::from_env();
+        if (step == 100 && prof) {
+          std::fprintf(stderr, "\nprofile of steps 50-99:");
+          prof.reset();
+        }
         opt.set_lr(sched(step));
 #ifdef CUTRAIN_WITH_CUDA
         if (args.cuda_graphs) {
@@ -393,6 +358,7 @@ int main(int argc, char** argv) {
         {
           record_loss(losses, k, train_step(x, y).value());
         }
+        if (ema) ema->update();
         ++step;
         ++k;
         seen += y.numel();
@@ -414,9 +380,16 @@ int main(int argc, char** argv) {
       double train_loss = 0;
       for (float v : losses.slice(0, 0, k).to_vector()) train_loss += v;
       train_loss /= static_cast<double>(k);
-      last = evaluate(net, args.precision, test);
+      // With --ema the averages are evaluated and checkpointed (swapped in for the scope).
+      std::optional<optim::EMA<float>::Swapped> averaged;
+      if (ema) averaged.emplace(*ema);
+      last = evaluate(net, args.precision, test, test_flipped ? &*test_flipped : nullptr);
       std::printf("epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s, %.0f images/s\n", epoch,
                   train_loss, last.loss, last.accuracy, epoch_s, static_cast<double>(seen) / epoch_s);
+      if (args.target > 0 && last.accuracy >= args.target && !reached) {
+        reached = seconds(t_start, Clock::now());
+        std::printf("time to %.1f%% test accuracy: %.2f s from process start\n", args.target, *reached);
+      }
       if (csv) {
         csv << epoch << ',' << train_loss << ',' << last.loss << ',' << last.accuracy << ',' << epoch_s << ','
             << static_cast<double>(seen) / epoch_s << '\n';
@@ -434,6 +407,7 @@ int main(int argc, char** argv) {
         ck.put_string("precision", std::string(nn::to_string(args.precision)));
         ck.save(args.checkpoint);
       }
+      if (reached && args.stop_at_target) break;
       if (epoch == args.stop_after && epoch < args.epochs) {
         std::printf("stopped after epoch %d of %d (--stop-after); continue with --resume\n", epoch, args.epochs);
         return 0;
@@ -442,6 +416,7 @@ int main(int argc, char** argv) {
     if (scaled)
       std::printf("loss scale %g, %lld step(s) skipped on overflow\n", scaler.scale(),
                   static_cast<long long>(scaler.skipped_steps()));
+    if (args.target > 0 && !reached) std::printf("time to %.1f%% test accuracy: not reached\n", args.target);
     std::printf("total wall time %.1f s from process start\n", seconds(t_start, Clock::now()));
 #ifdef CUTRAIN_WITH_CUDA
     if (!dev.is_cpu()) {
