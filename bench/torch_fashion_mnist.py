@@ -86,7 +86,7 @@ def main():
     # The recipes of examples/fashion_mnist: flags given on the command line override them.
     recipe = dict(width=1, epochs=20, batch=128, lr=2e-3, label_smoothing=0.0, ema=0.0, tta=False, precision="f32")
     if a.recipe == "fast":
-        recipe.update(width=2, epochs=12, batch=256, lr=4e-3, label_smoothing=0.1, ema=0.99, tta=True, precision="bf16")
+        recipe.update(width=2, epochs=30, batch=256, lr=4e-3, label_smoothing=0.1, ema=0.99, tta=True, precision="bf16")
     for k, v in recipe.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
