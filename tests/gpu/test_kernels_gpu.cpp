@@ -153,6 +153,10 @@ void run_elementwise_all() {
   run_elementwise<T>(s4, Layout::nhwc, Layout::nchw);
   run_elementwise<T>(s2, Layout::row_major, Layout::row_major);
   run_elementwise<T>(Shape{100003}, Layout::row_major, Layout::row_major);  // odd, several blocks
+  // Element counts that are multiples of 16 bytes' worth: add takes its 16-byte (_vec) kernel.
+  run_elementwise<T>(Shape{4, 16, 6, 10}, Layout::nhwc, Layout::nhwc);
+  run_elementwise<T>(Shape{4, 16, 6, 10}, Layout::nchw, Layout::nhwc);
+  run_elementwise<T>(Shape{262144}, Layout::row_major, Layout::row_major);
   run_elementwise<T>(s4, Layout::nchw, Layout::nchw, true);                 // strided a
 }
 

@@ -479,7 +479,7 @@ TEST_CASE("fallback kernels: activations and batch norm against the CPU, any siz
   Rng rng(77);
   for (Activation k : kinds) {
     const ActivationParams a{.kind = k, .alpha = k == Activation::elu ? 1.0 : 0.1};
-    for (const Shape& s : {Shape{3}, Shape{1}, Shape{2, 5, 7}, Shape{1031}}) {
+    for (const Shape& s : {Shape{3}, Shape{1}, Shape{2, 5, 7}, Shape{1031}, Shape{4096}}) {  // 4096: the _vec kernels
       auto [x, xr] = random_pair<float>(s, rng, Layout::row_major);
       auto [dy, dyr] = random_pair<float>(s, rng, Layout::row_major);
       auto y = poisoned<float>(s, Layout::row_major), dx = poisoned<float>(s, Layout::row_major);

@@ -52,8 +52,12 @@ void activation_forward(const Tensor<T>& x, const ActivationParams& a, Tensor<T>
   const float alpha = static_cast<float>(a.alpha);
   const int dev = y.device().index;
   DeviceScope scope(dev);
-  launch(function(dev, detail::activation_program<T>(), "cutrain_activation_forward"), grid_for(n), 256, op, x.data(),
-         y.data(), n, kind, alpha);
+  if (const long long packs = vec_packs<T>(n, x.data(), y.data()); packs > 0)
+    launch(function(dev, detail::activation_program<T>(), "cutrain_activation_forward_vec"), grid_for(packs), 256, op,
+           x.data(), y.data(), packs, kind, alpha);
+  else
+    launch(function(dev, detail::activation_program<T>(), "cutrain_activation_forward"), grid_for(n), 256, op,
+           x.data(), y.data(), n, kind, alpha);
 }
 
 // dx = dy * act'(x).
@@ -72,8 +76,12 @@ void activation_backward(const Tensor<T>& x, const Tensor<T>& dy, const Activati
   const float alpha = static_cast<float>(a.alpha);
   const int dev = dx.device().index;
   DeviceScope scope(dev);
-  launch(function(dev, detail::activation_program<T>(), "cutrain_activation_backward"), grid_for(n), 256, op,
-         x.data(), dy.data(), dx.data(), n, kind, alpha);
+  if (const long long packs = vec_packs<T>(n, x.data(), dy.data(), dx.data()); packs > 0)
+    launch(function(dev, detail::activation_program<T>(), "cutrain_activation_backward_vec"), grid_for(packs), 256, op,
+           x.data(), dy.data(), dx.data(), packs, kind, alpha);
+  else
+    launch(function(dev, detail::activation_program<T>(), "cutrain_activation_backward"), grid_for(n), 256, op,
+           x.data(), dy.data(), dx.data(), n, kind, alpha);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

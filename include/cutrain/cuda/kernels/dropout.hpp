@@ -55,7 +55,7 @@ void dropout_forward(const Tensor<T>& x, double p, std::uint64_t seed, Tensor<T>
 // dx = dy * mask (dx contiguous; dy and mask staged into its layout).
 template <GpuFloat T>
 void dropout_backward(const Tensor<T>& dy, const Tensor<T>& mask, Tensor<T>& dx) {
-  detail::elementwise_binary("cuda::kernels::dropout_backward", "cutrain_multiply", dy, mask, dx);
+  detail::elementwise_binary("cuda::kernels::dropout_backward", "cutrain_multiply", nullptr, dy, mask, dx);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

@@ -22,8 +22,10 @@ const Program& elementwise_program() {
   return p;
 }
 
+// kernel_vec (may be null): its 16-byte form, used where vec_packs allows.
 template <GpuFloat T>
-void elementwise_binary(std::string_view op, const char* kernel, const Tensor<T>& a, const Tensor<T>& b, Tensor<T>& y) {
+void elementwise_binary(std::string_view op, const char* kernel, const char* kernel_vec, const Tensor<T>& a,
+                        const Tensor<T>& b, Tensor<T>& y) {
   require_cuda_input(op, a, "a");
   require_cuda_input(op, b, "b");
   CUTRAIN_REQUIRE(a.shape() == b.shape(), InvalidArgument, op, "a ", a.describe(), " and b ", b.describe(),
@@ -36,18 +38,23 @@ void elementwise_binary(std::string_view op, const char* kernel, const Tensor<T>
   const Tensor<T> as = staged(a, y.layout()), bs = staged(b, y.layout());
   const int dev = y.device().index;
   DeviceScope scope(dev);
-  launch(function(dev, elementwise_program<T>(), kernel), grid_for(n), 256, op, as.data(), bs.data(), y.data(), n);
+  const long long packs = kernel_vec != nullptr ? vec_packs<T>(n, as.data(), bs.data(), y.data()) : 0;
+  if (packs > 0)
+    launch(function(dev, elementwise_program<T>(), kernel_vec), grid_for(packs), 256, op, as.data(), bs.data(), y.data(),
+           packs);
+  else
+    launch(function(dev, elementwise_program<T>(), kernel), grid_for(n), 256, op, as.data(), bs.data(), y.data(), n);
 }
 }  // namespace detail
 
 template <GpuFloat T>
 void add(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>& y) {
-  detail::elementwise_binary("cuda::kernels::add", "cutrain_add", a, b, y);
+  detail::elementwise_binary("cuda::kernels::add", "cutrain_add", "cutrain_add_vec", a, b, y);
 }
 
 template <GpuFloat T>
 void multiply(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>& y) {
-  detail::elementwise_binary("cuda::kernels::multiply", "cutrain_multiply", a, b, y);
+  detail::elementwise_binary("cuda::kernels::multiply", "cutrain_multiply", nullptr, a, b, y);
 }
 
 // y = alpha * a (alpha rounded to f32). scale(a, 1.0, y) is an exact copy.

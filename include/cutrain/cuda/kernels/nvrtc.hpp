@@ -392,6 +392,16 @@ void launch(CUfunction f, dim3 grid, dim3 block, std::string_view op, const Args
                        op, "cuLaunchKernel");
 }
 
+// The number of 16-byte packs of T that n elements make, for a _vec kernel (16 / sizeof(T)
+// elements per thread): n / (16 / sizeof(T)) where n is a multiple of it and every pointer is
+// 16-byte aligned, else 0 (launch the one-element kernel).
+template <class T, class... P>
+long long vec_packs(long long n, const P*... ptrs) {
+  constexpr long long v = 16 / sizeof(T);
+  const bool aligned = ((reinterpret_cast<std::uintptr_t>(ptrs) % 16 == 0) && ...);
+  return aligned && n % v == 0 ? n / v : 0;
+}
+
 // Blocks of `threads` for a grid-stride loop over n > 0 elements.
 inline unsigned grid_for(std::int64_t n, unsigned threads = 256) {
   return static_cast<unsigned>(std::min<std::int64_t>((n + threads - 1) / threads, 65536));

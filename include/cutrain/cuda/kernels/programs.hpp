@@ -35,7 +35,8 @@ namespace programs {
 
 // add, multiply, scale over n contiguous elements laid out alike.
 inline Program elementwise(std::string_view t) {
-  return make_program("elementwise", source::elementwise, {{"T", t}}, {"cutrain_add", "cutrain_multiply", "cutrain_scale"});
+  return make_program("elementwise", source::elementwise, {{"T", t}},
+                      {"cutrain_add", "cutrain_add_vec", "cutrain_multiply", "cutrain_scale"});
 }
 
 // Broadcasting elementwise ops (rank <= 8, every operand through its own strides): binary ops
@@ -127,7 +128,8 @@ inline Program batch_norm_inference(std::string_view t) {
 // cpu/activation.hpp in f32: where cuDNN has no engine for the pointwise node (tiny tensors).
 inline Program activation(std::string_view t) {
   return make_program("activation", source::activation, {{"T", t}},
-                      {"cutrain_activation_forward", "cutrain_activation_backward"});
+                      {"cutrain_activation_forward", "cutrain_activation_backward", "cutrain_activation_forward_vec",
+                       "cutrain_activation_backward_vec"});
 }
 
 // Batch-norm training forward (with a fused activation) and backward, x seen as [N, C, S] with
