@@ -55,12 +55,14 @@ class EMA {
     const profile::OpScope timed(op, tracked_.front().current.device());
     CUTRAIN_REQUIRE(!swapped_, InvalidArgument, op, "the averages are swapped into the model: swap() back first");
     const double d = decay_at(updates_);
+    // Asked once per update, not per tensor (the tracked tensors share one device).
+    CUTRAIN_REQUIRE(!opts_.warmup || tracked_.front().current.device().is_cpu() || !cutrain::detail::device_capturing(),
+                    InvalidArgument, op,
+                    "a captured update would freeze the warm-up's decay: use warmup = false under capture");
     for (auto& t : tracked_) {
       if (!t.current.device().is_cpu()) {
 #ifdef CUTRAIN_WITH_CUDA
         if constexpr (std::same_as<T, float>) {
-          CUTRAIN_REQUIRE(!opts_.warmup || !cutrain::detail::device_capturing(), InvalidArgument, op,
-                          "a captured update would freeze the warm-up's decay: use warmup = false under capture");
           t.shadow.bump_version();
           cuda::kernels::ema_update(t.shadow, t.current, d);
           continue;
