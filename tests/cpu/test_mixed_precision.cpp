@@ -67,6 +67,39 @@ TEST_CASE("autograd::cast: a Var with history is cast once per backward", "[mixe
   require_close(w2.grad(), std::vector<double>(4, 6.0), 1e-12);
 }
 
+TEST_CASE("autograd::cast: a parameter's bf16 cast is kept until the parameter or the cast is written", "[mixed]") {
+  Rng rng(73);
+  auto w = autograd::parameter(Tensor<float>::uniform(Shape{5, 7}, rng, -2, 2));
+  const auto expect = [&] { return cast<bfloat16>(w.value()).to_vector(); };
+  const auto same = [](const std::vector<bfloat16>& a, const std::vector<bfloat16>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i].bits != b[i].bits) return false;
+    return true;
+  };
+  auto a = autograd::cast<bfloat16>(w);
+  CHECK(same(a.value().to_vector(), expect()));
+  // Unchanged parameter: the same copy again (no second conversion).
+  auto b = autograd::cast<bfloat16>(w);
+  CHECK(b.value().data() == a.value().data());
+  // Each write that bumps the version is seen: copy_from, an optimizer step, fill.
+  w.value().copy_from(Tensor<float>::uniform(Shape{5, 7}, rng, -2, 2));
+  CHECK(same(autograd::cast<bfloat16>(w).value().to_vector(), expect()));
+  w.grad() = Tensor<float>::uniform(Shape{5, 7}, rng, -1, 1);
+  optim::SGD<float>({w}, {.lr = 0.5}).step();
+  CHECK(same(autograd::cast<bfloat16>(w).value().to_vector(), expect()));
+  w.value().fill(1.25f);
+  CHECK(same(autograd::cast<bfloat16>(w).value().to_vector(), expect()));
+  // A write into the kept copy itself is not trusted: the next cast converts again.
+  auto c = autograd::cast<bfloat16>(w);
+  c.value().fill(bfloat16(3.0f));
+  CHECK(same(autograd::cast<bfloat16>(w).value().to_vector(), expect()));
+  // bf16 and f16 copies are kept apart; a leaf that needs no gradient is converted every time.
+  CHECK(autograd::cast<cutrain::half>(w).value().to_vector()[0].bits == cast<cutrain::half>(w.value()).to_vector()[0].bits);
+  autograd::Var<float> frozen(Tensor<float>::uniform(Shape{3}, rng, -1, 1));
+  CHECK(autograd::cast<bfloat16>(frozen).value().data() != autograd::cast<bfloat16>(frozen).value().data());
+}
+
 TEST_CASE("nn: a Sequential of f64 parameters runs in f32 like its f32 copy", "[mixed]") {
   Rng rng(73);
   nn::Sequential<double> wide{nn::Conv2d<double>({.in = 2, .out = 3, .kernel = 3, .padding = 1, .seed = 5}),

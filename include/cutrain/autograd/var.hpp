@@ -8,6 +8,7 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,12 +25,54 @@ template <class T>
 class Node;
 
 namespace detail {
+// A leaf's value cast to U (autograd::cast: a parameter in a bf16 or f16 model), kept for the
+// next cast while neither changes: source is the value it was cast from (held, so that its memory
+// cannot come back as another tensor's), version the value's version then, copy_version the
+// copy's. The GPU optimizers' many-tensor steps write the copy along with the update (optim/),
+// so a mixed-precision step casts no weights.
+template <class T, class U>
+struct CastCopy {
+  Tensor<U> copy;
+  Tensor<T> source;
+  std::uint64_t version = 0, copy_version = 0;
+
+  bool current(const Tensor<T>& v) const {
+    return copy.defined() && source.defined() && v.defined() && source.data() == v.data() &&
+           source.shape() == v.shape() && source.strides() == v.strides() && version == v.version() &&
+           copy_version == copy.version() && copy.shape() == v.shape() && copy.strides() == v.strides() &&
+           copy.is_contiguous() && v.is_contiguous() && copy.device() == v.device();
+  }
+  void set(Tensor<U> c, const Tensor<T>& v) {
+    copy = std::move(c);
+    source = v.view();
+    version = v.version();
+    copy_version = copy.version();
+  }
+  // Not current until the next set(): its conversion is recorded in a CUDA graph, not run, or a
+  // graph writes the value without the copy.
+  void invalidate() { version = ~std::uint64_t{0}; }
+  // After an in-place update of the value that wrote the copy too.
+  void rewritten(const Tensor<T>& v) {
+    copy.bump_version();  // autograd must not use a copy saved before the update
+    version = v.version();
+    copy_version = copy.version();
+  }
+};
+
 template <class T>
 struct VarImpl {
   Tensor<T> value;
   Tensor<T> grad;  // undefined until a backward() reaches this Var (leaves only)
   bool requires_grad = false;
   std::shared_ptr<Node<T>> node;  // null for leaves
+  CastCopy<T, bfloat16> bf16_copy;  // leaves only
+  CastCopy<T, half> f16_copy;
+
+  template <class U>
+  CastCopy<T, U>& cast_copy() {
+    if constexpr (std::same_as<U, bfloat16>) return bf16_copy;
+    else return f16_copy;
+  }
 };
 
 // Whether ops record graphs on this thread; see NoGradGuard.

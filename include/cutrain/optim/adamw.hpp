@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;
+  // GPU: the parameters' updates in one launch per 40 tensors (PyTorch's foreach); false, one
+  // launch per parameter. The results are the same.
+  bool foreach = true;
 };
 
 // Parameters that share a weight decay (PyTorch's parameter groups, as far as AdamW's weight
@@ -60,10 +64,19 @@ class AdamW : public Optimizer<T> {
     const profile::OpScope timed(op, this->params_.empty() ? Device::cpu() : this->params_.front().value().device());
     std::vector<std::size_t> captured;
     typename Optimizer<T>::CaptureCheck capturing_on;
+#ifdef CUTRAIN_WITH_CUDA
+    std::vector<cuda::kernels::AdamWItem<float>> many;  // foreach: launched after the loop
+    std::vector<std::size_t> many_k;
+#endif
     for (std::size_t k = 0; k < this->params_.size(); ++k) {
       auto& p = this->params_[k];
       if (!p.grad().defined()) continue;
       auto [w, g] = this->prepare(op, p);
+#ifdef CUTRAIN_WITH_CUDA
+      // The parameter's 16-bit cast, written by the many-tensor step (asked before the version changes).
+      [[maybe_unused]] const auto copy =
+          opts_.foreach && !w->device().is_cpu() ? this->current_copy(p) : cuda::kernels::WeightCopy{};
+#endif
       w->bump_version();  // an in-place write: autograd must not use a value saved before it
       State& s = state_[k];
       if (capturing_on(*w)) this->require_state(op, s.m.defined());
@@ -78,10 +91,14 @@ class AdamW : public Optimizer<T> {
           const float* hyper = capture ? this->hyper(k, w->device()) : nullptr;
           if (capture) captured.push_back(k);
           else ++s.step;
-          cuda::kernels::adamw_step(*w, g, s.m, s.v,
-                                    {.lr = this->lr_, .beta1 = opts_.beta1, .beta2 = opts_.beta2, .eps = opts_.eps,
-                                     .weight_decay = weight_decay_[k], .step = std::max<std::int64_t>(s.step, 1)},
-                                    hyper);
+          const std::int64_t t = std::max<std::int64_t>(s.step, 1);
+          if (opts_.foreach) {
+            many.push_back({.w = w, .grad = std::move(g), .m = &s.m, .v = &s.v, .step = t,
+                            .weight_decay = weight_decay_[k], .hyper = hyper, .copy = copy});
+            many_k.push_back(k);
+            continue;
+          }
+          cuda::kernels::adamw_step(*w, g, s.m, s.v, kernel_params(weight_decay_[k], t), hyper);
           continue;
         }
 #endif
@@ -106,6 +123,12 @@ class AdamW : public Optimizer<T> {
         wd[i] = static_cast<T>(wi - step_size * mi / (std::sqrt(vi) / bc2_sqrt + opts_.eps));
       }
     }
+#ifdef CUTRAIN_WITH_CUDA
+    if (!many.empty()) {
+      cuda::kernels::adamw_step(std::span<const cuda::kernels::AdamWItem<float>>(many), kernel_params(0.0, 1));
+      for (std::size_t i = 0; i < many.size(); ++i) this->copy_rewritten(this->params_[many_k[i]], many[i].copy);
+    }
+#endif
     if (!captured.empty())
       this->on_replay(op, [this, captured] {
         for (std::size_t k : captured) {
@@ -185,6 +208,12 @@ class AdamW : public Optimizer<T> {
     for (const auto& g : groups) all.insert(all.end(), g.params.begin(), g.params.end());
     return all;
   }
+#ifdef CUTRAIN_WITH_CUDA
+  cuda::kernels::AdamWParams kernel_params(double weight_decay, std::int64_t step) const {
+    return {.lr = this->lr_, .beta1 = opts_.beta1, .beta2 = opts_.beta2, .eps = opts_.eps,
+            .weight_decay = weight_decay, .step = step};
+  }
+#endif
   AdamWOptions opts_;
   std::vector<State> state_;
   std::vector<double> weight_decay_;  // per parameter

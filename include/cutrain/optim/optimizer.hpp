@@ -8,6 +8,7 @@
 #include <cmath>
 #include <concepts>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,9 +32,14 @@ class Optimizer {
       : params_(std::move(params)), lr_(lr), name_(name) {
     CUTRAIN_REQUIRE(!params_.empty(), InvalidArgument, name,
                     "got no parameters to optimize (an empty parameter list: was the model built before parameters()?)");
-    for (std::size_t i = 0; i < params_.size(); ++i)
+    std::set<const void*> seen;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
       CUTRAIN_REQUIRE(params_[i].defined() && params_[i].requires_grad() && params_[i].is_leaf(), InvalidArgument,
                       name, "parameter ", i, " must be a defined leaf Var that requires grad");
+      // Twice in one list, a parameter would be updated twice a step (and raced in one launch).
+      CUTRAIN_REQUIRE(seen.insert(params_[i].impl().get()).second, InvalidArgument, name, "parameter ", i, " ",
+                      params_[i].value().describe(), " appears twice in the parameter list");
+    }
     CUTRAIN_REQUIRE(lr >= 0 && std::isfinite(lr), InvalidArgument, name, "lr must be finite and >= 0, got ", lr);
   }
 
@@ -111,6 +117,24 @@ class Optimizer {
   // a small device array, hyper(k) for parameter k, which a hook of the graph rewrites from the
   // host before each replay. The optimizer must outlive the graph and stay where it is.
   static constexpr std::size_t hyper_width = 4;
+#ifdef CUTRAIN_WITH_CUDA
+  // The parameter's 16-bit cast that autograd::cast keeps, when it is current: a many-tensor GPU
+  // step writes it along with the update (asked before the step bumps the version), and
+  // copy_rewritten marks it current again after the launch.
+  static cuda::kernels::WeightCopy current_copy(const autograd::Var<T>& p) {
+    if constexpr (std::same_as<T, float>) {
+      auto& impl = *p.impl();
+      if (impl.bf16_copy.current(impl.value)) return {.bf16 = &impl.bf16_copy.copy};
+      if (impl.f16_copy.current(impl.value)) return {.f16 = &impl.f16_copy.copy};
+    }
+    return {};
+  }
+  static void copy_rewritten(const autograd::Var<T>& p, const cuda::kernels::WeightCopy& c) {
+    auto& impl = *p.impl();
+    if (c.bf16) impl.bf16_copy.rewritten(impl.value);
+    if (c.f16) impl.f16_copy.rewritten(impl.value);
+  }
+#endif
   // Whether a step runs under CUDA graph capture, asked of the backend once per step (at its
   // first GPU parameter), not per parameter: `CaptureCheck capturing_on;` at the top of step().
   class CaptureCheck {

@@ -8,6 +8,7 @@
 #include "cutrain/core/abi.hpp"
 
 #include <cmath>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,9 @@ struct SGDOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
+  // GPU: the parameters' updates in one launch per 40 tensors (PyTorch's foreach); false, one
+  // launch per parameter. The results are the same.
+  bool foreach = true;
 };
 
 template <class T>
@@ -45,10 +49,19 @@ class SGD : public Optimizer<T> {
     const profile::OpScope timed(op, this->params_.empty() ? Device::cpu() : this->params_.front().value().device());
     std::vector<std::size_t> captured;
     typename Optimizer<T>::CaptureCheck capturing_on;
+#ifdef CUTRAIN_WITH_CUDA
+    std::vector<cuda::kernels::SgdItem<float>> many;  // foreach: launched after the loop
+    std::vector<std::size_t> many_k;
+#endif
     for (std::size_t k = 0; k < this->params_.size(); ++k) {
       auto& p = this->params_[k];
       if (!p.grad().defined()) continue;
       auto [w, g] = this->prepare(op, p);
+#ifdef CUTRAIN_WITH_CUDA
+      // The parameter's 16-bit cast, written by the many-tensor step (asked before the version changes).
+      [[maybe_unused]] const auto copy =
+          opts_.foreach && !w->device().is_cpu() ? this->current_copy(p) : cuda::kernels::WeightCopy{};
+#endif
       w->bump_version();  // an in-place write: autograd must not use a value saved before it
       const bool first = opts_.momentum != 0 && !buffers_[k].defined();
       if (first && capturing_on(*w)) this->require_state(op, false);
@@ -58,10 +71,14 @@ class SGD : public Optimizer<T> {
         if constexpr (std::same_as<T, float>) {
           const bool capture = capturing_on(*w);
           if (capture) captured.push_back(k);
-          cuda::kernels::sgd_step(*w, g, buffers_[k],
-                                  {.lr = this->lr_, .momentum = opts_.momentum, .dampening = opts_.dampening,
-                                   .weight_decay = opts_.weight_decay, .nesterov = opts_.nesterov, .first_step = first},
-                                  capture ? this->hyper(k, w->device()) : nullptr);
+          const float* hyper = capture ? this->hyper(k, w->device()) : nullptr;
+          if (opts_.foreach) {
+            many.push_back({.w = w, .grad = std::move(g), .momentum_buffer = opts_.momentum != 0 ? &buffers_[k] : nullptr,
+                            .first_step = first, .hyper = hyper, .copy = copy});
+            many_k.push_back(k);
+            continue;
+          }
+          cuda::kernels::sgd_step(*w, g, buffers_[k], kernel_params(first), hyper);
           continue;
         }
 #endif
@@ -81,6 +98,12 @@ class SGD : public Optimizer<T> {
         wd[i] = static_cast<T>(static_cast<double>(wd[i]) - lr * gi);
       }
     }
+#ifdef CUTRAIN_WITH_CUDA
+    if (!many.empty()) {
+      cuda::kernels::sgd_step(std::span<const cuda::kernels::SgdItem<float>>(many), kernel_params(false));
+      for (std::size_t i = 0; i < many.size(); ++i) this->copy_rewritten(this->params_[many_k[i]], many[i].copy);
+    }
+#endif
     if (!captured.empty())
       this->on_replay(op, [this, captured] {
         for (std::size_t k : captured) {
@@ -122,6 +145,12 @@ class SGD : public Optimizer<T> {
   }
 
  private:
+#ifdef CUTRAIN_WITH_CUDA
+  cuda::kernels::SgdParams kernel_params(bool first) const {
+    return {.lr = this->lr_, .momentum = opts_.momentum, .dampening = opts_.dampening,
+            .weight_decay = opts_.weight_decay, .nesterov = opts_.nesterov, .first_step = first};
+  }
+#endif
   SGDOptions opts_;
   std::vector<Tensor<T>> buffers_;
 };

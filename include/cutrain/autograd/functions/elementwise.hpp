@@ -15,9 +15,15 @@
 
 #include "cutrain/autograd/functions/record.hpp"
 #include "cutrain/autograd/var.hpp"
+#include "cutrain/core/backend.hpp"
 #include "cutrain/ops/cast.hpp"
 #include "cutrain/ops/dropout.hpp"
 #include "cutrain/ops/elementwise.hpp"
+
+#ifdef CUTRAIN_WITH_CUDA
+#include "cutrain/cuda/cuda_graph.hpp"
+#include "cutrain/cuda/kernels/cast.hpp"
+#endif
 
 namespace cutrain::inline CUTRAIN_ABI::autograd {
 
@@ -157,17 +163,78 @@ struct CastFn final : Node<U> {
   void release_saved() override { src.reset(); }
 };
 
+namespace detail {
+// c made current for v: v converted into c's copy where it has v's form (so that a CUDA graph
+// that reads the copy goes on reading the right memory), else into a new copy. Under capture the
+// conversion is recorded, not run: the copy stays stale for later casts.
+template <class U, class T>
+void refresh_cast_copy(CastCopy<T, U>& c, const Tensor<T>& v) {
+  if (c.copy.defined() && c.copy.shape() == v.shape() && c.copy.strides() == v.strides() &&
+      c.copy.device() == v.device() && v.is_contiguous()) {
+    c.copy.bump_version();  // autograd must not use a copy saved before this write
+#ifdef CUTRAIN_WITH_CUDA
+    if constexpr (cuda::GpuFloat<T> && cuda::GpuFloat<U>)
+      if (!v.device().is_cpu()) cuda::kernels::cast_into(v, c.copy);
+#endif
+    if (v.device().is_cpu()) c.copy.copy_from(ops::cast<U>(v));
+    c.set(c.copy.view(), v);
+  } else {
+    c.set(ops::cast<U>(v), v);
+  }
+  if (cutrain::detail::device_capturing()) c.invalidate();
+}
+
+// Whether x's kept cast, current now, may stand in for a conversion: always, except under CUDA
+// graph capture not run by cuda::CudaGraph. Under a CudaGraph's capture the graph reads the copy
+// without converting; a hook run before each replay keeps it right. At the first replay, a copy
+// no longer current means the graph writes the parameter without writing the copy (an optimizer
+// step of one launch per parameter), or the parameter was written after the capture: from then on
+// every replay converts first and leaves the copy stale for eager casts. Otherwise it converts
+// when the parameter was written between replays (averaged weights swapped in and out for an
+// evaluation, a checkpoint load).
+template <class U, class T>
+bool kept_cast_usable(const std::shared_ptr<VarImpl<T>>& x) {
+  if (x->value.device().is_cpu() || !cutrain::detail::device_capturing()) return true;
+#ifdef CUTRAIN_WITH_CUDA
+  if (cuda::CudaGraph* g = cuda::CudaGraph::capturing()) {
+    g->on_replay([w = std::weak_ptr<VarImpl<T>>(x), first = true, every = false]() mutable {
+      const auto p = w.lock();
+      if (!p) return;
+      auto& c = p->template cast_copy<U>();
+      if (first) every = !c.current(p->value);
+      first = false;
+      if (every || !c.current(p->value)) refresh_cast_copy(c, p->value);
+      if (every) c.invalidate();
+    });
+    return true;
+  }
+#endif
+  return false;
+}
+}  // namespace detail
+
 // x converted to element type U (mixed precision: f32 parameters into a bf16 or f16 model,
 // its output back to f32 for the loss); the gradient comes back converted to T. The same type
 // returns x itself, an undefined Var an undefined one. A Var with history may be cast once per
-// backward; a leaf (a parameter) any number of times.
+// backward; a leaf (a parameter) any number of times. A leaf that requires grad keeps its bf16
+// or f16 cast (detail::CastCopy) and returns it again until its value or the copy is written in
+// place (any write that bumps the version: optimizers, copy_from, fill, load_state_dict); then
+// it converts into the same copy again.
 template <class U, class T>
 Var<U> cast(const Var<T>& x) {
   if constexpr (std::same_as<U, T>) {
     return x;
   } else {
     if (!x.defined()) return {};
-    Tensor<U> y = ops::cast<U>(x.value());
+    Tensor<U> y;
+    if constexpr (std::same_as<U, bfloat16> || std::same_as<U, half>) {
+      if (x.is_leaf() && x.requires_grad()) {
+        auto& c = x.impl()->template cast_copy<U>();
+        if (!c.current(x.value()) || !detail::kept_cast_usable<U>(x.impl())) detail::refresh_cast_copy(c, x.value());
+        y = c.copy.view();
+      }
+    }
+    if (!y.defined()) y = ops::cast<U>(x.value());
     if (!detail::records({x.requires_grad()})) return Var<U>(std::move(y));
     auto fn = std::make_shared<CastFn<U, T>>();
     fn->src = x.impl();

@@ -46,6 +46,110 @@ extern "C" __global__ void cutrain_adamw_step(float* w, const G* grad, float* m,
   }
 }
 
+// Many tensors' SGD or AdamW updates in one launch (PyTorch's foreach step): a list of up to 40
+// tensors, cut into chunks of cutrain_optim_chunk elements; chunk c of the launch lies in the
+// tensor t with first[t] <= c < first[t + 1]. Per tensor: h = SGD {lr, first_step, unused,
+// weight_decay} or AdamW {lr, step_size, bias_correction2_sqrt, weight_decay}; hyper[t] (may be
+// null) a device array whose first three floats replace h's (steps replayed from a CUDA graph);
+// lo[t] (may be null) a 16-bit copy of w written with the new value, bf16 (lo_kind 1) or f16 (2),
+// rounded as the cast kernel rounds.
+#define cutrain_optim_list_max 40
+#define cutrain_optim_chunk 8192
+struct cutrain_optim_list {
+  float* w[cutrain_optim_list_max];
+  const G* g[cutrain_optim_list_max];
+  float* s0[cutrain_optim_list_max];  // SGD: the momentum buffer (null without momentum); AdamW: m
+  float* s1[cutrain_optim_list_max];  // AdamW: v
+  const float* hyper[cutrain_optim_list_max];
+  void* lo[cutrain_optim_list_max];
+  float h[cutrain_optim_list_max][4];
+  long long n[cutrain_optim_list_max];
+  long long first[cutrain_optim_list_max + 1];
+  int lo_kind[cutrain_optim_list_max];
+  long long count;
+};
+
+__device__ __forceinline__ void store_copy(void* lo, int kind, long long i, float v) {
+  if (kind == 1) store(static_cast<cutrain_bf16*>(lo) + i, v);
+  else if (kind == 2) store(static_cast<cutrain_f16*>(lo) + i, v);
+}
+
+// The tensor of a list (cutrain_optim_list, cutrain_clip_list) that chunk c lies in.
+template <class List>
+__device__ __forceinline__ int list_tensor_of(const List& l, long long c) {
+  int t = 0;
+  while (t + 1 < l.count && l.first[t + 1] <= c) ++t;
+  return t;
+}
+
+// Chunk c of the list: its tensor t, its elements [lo, hi), and h with hyper applied.
+__device__ __forceinline__ int optim_chunk(const cutrain_optim_list& l, long long c, long long& lo, long long& hi,
+                                           float h[4]) {
+  const int t = list_tensor_of(l, c);
+  lo = (c - l.first[t]) * cutrain_optim_chunk;
+  hi = min(lo + cutrain_optim_chunk, l.n[t]);
+  for (int j = 0; j < 4; ++j) h[j] = l.h[t][j];
+  if (l.hyper[t] != 0)
+    for (int j = 0; j < 3; ++j) h[j] = l.hyper[t][j];
+  return t;
+}
+
+// cutrain_sgd_step over a list.
+extern "C" __global__ void cutrain_sgd_list(cutrain_optim_list l, float momentum, float dampening, int nesterov) {
+  for (long long c = blockIdx.x; c < l.first[l.count]; c += gridDim.x) {
+    long long lo, hi;
+    float h[4];
+    const int t = optim_chunk(l, c, lo, hi, h);
+    const float lr = h[0], weight_decay = h[3];
+    const bool first_step = h[1] != 0.0f;
+    float* w = l.w[t];
+    float* buf = l.s0[t];
+    const G* grad = l.g[t];
+    void* copy = l.lo[t];
+    const int kind = l.lo_kind[t];
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      const float wi = w[i];
+      float g = to_f32(grad[i]);
+      if (weight_decay != 0.0f) g += weight_decay * wi;
+      if (momentum != 0.0f) {
+        const float b = first_step ? g : momentum * buf[i] + (1.0f - dampening) * g;
+        buf[i] = b;
+        g = nesterov ? g + momentum * b : b;
+      }
+      const float wn = wi - lr * g;
+      w[i] = wn;
+      store_copy(copy, kind, i, wn);
+    }
+  }
+}
+
+// cutrain_adamw_step over a list.
+extern "C" __global__ void cutrain_adamw_list(cutrain_optim_list l, float beta1, float beta2, float eps) {
+  for (long long c = blockIdx.x; c < l.first[l.count]; c += gridDim.x) {
+    long long lo, hi;
+    float h[4];
+    const int t = optim_chunk(l, c, lo, hi, h);
+    const float lr = h[0], step_size = h[1], bias_correction2_sqrt = h[2], weight_decay = h[3];
+    float* w = l.w[t];
+    float* m = l.s0[t];
+    float* v = l.s1[t];
+    const G* grad = l.g[t];
+    void* copy = l.lo[t];
+    const int kind = l.lo_kind[t];
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      const float g = to_f32(grad[i]);
+      const float wi = w[i] * (1.0f - lr * weight_decay);
+      const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+      const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      const float wn = wi - step_size * mi / (sqrtf(vi) / bias_correction2_sqrt + eps);
+      w[i] = wn;
+      store_copy(copy, kind, i, wn);
+    }
+  }
+}
+
 // Exponential moving average of weights (optim::EMA): s = s + (1 - decay) * (w - s), in f32.
 extern "C" __global__ void cutrain_ema_update(float* s, const float* w, long long n, float decay) {
   const float k = 1.0f - decay;
@@ -77,16 +181,10 @@ struct cutrain_clip_list {
   long long count, partial_offset;
 };
 
-__device__ __forceinline__ int clip_tensor_of(const cutrain_clip_list& l, long long c) {
-  int t = 0;
-  while (t + 1 < l.count && l.first[t + 1] <= c) ++t;
-  return t;
-}
-
 // partial[partial_offset + c] = the sum of squares of chunk c, in f32 (a fixed order).
 extern "C" __global__ void cutrain_clip_sum_squares(cutrain_clip_list l, float* partial) {
   for (long long c = blockIdx.x; c < l.first[l.count]; c += gridDim.x) {
-    const int t = clip_tensor_of(l, c);
+    const int t = list_tensor_of(l, c);
     const long long lo = (c - l.first[t]) * cutrain_clip_chunk;
     const long long hi = min(lo + cutrain_clip_chunk, l.n[t]);
     float s = 0.0f;
@@ -116,7 +214,7 @@ extern "C" __global__ void cutrain_clip_coef(const float* partial, long long cou
 extern "C" __global__ void cutrain_clip_scale(cutrain_clip_list l, const float* coef) {
   const float k = *coef;
   for (long long c = blockIdx.x; c < l.first[l.count]; c += gridDim.x) {
-    const int t = clip_tensor_of(l, c);
+    const int t = list_tensor_of(l, c);
     const long long lo = (c - l.first[t]) * cutrain_clip_chunk;
     const long long hi = min(lo + cutrain_clip_chunk, l.n[t]);
     for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) store(l.out[t] + i, to_f32(l.in[t][i]) * k);

@@ -1,6 +1,6 @@
 // Optimizer updates on the GPU (NVRTC kernels), in place on f32 master weights and f32 state,
 // with f32, bf16 or f16 gradients; the same rules as PyTorch's SGD and AdamW, computed in f32.
-// The optim/ layer drives them; these are the per-tensor steps.
+// The optim/ layer drives them: a step per tensor, or many tensors in one launch.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -11,7 +11,9 @@
 
 #include <cmath>
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -128,6 +130,188 @@ void adamw_step(Tensor<float>& w, const Tensor<G>& grad, Tensor<float>& m, Tenso
   DeviceScope scope(dev);
   launch(function(dev, detail::optim_program<G>(), "cutrain_adamw_step"), grid_for(n), 256, op, w.data(), gs.data(),
          m.data(), v.data(), n, lr, beta1, beta2, eps, weight_decay, step_size, bias_correction2_sqrt, hyper);
+}
+
+namespace detail {
+// cutrain_optim_list of optim.cuh, field for field (G* as void*).
+inline constexpr std::size_t optim_list_max = 40;
+inline constexpr std::int64_t optim_chunk = 8192;
+struct OptimList {
+  float* w[optim_list_max];
+  const void* g[optim_list_max];
+  float* s0[optim_list_max];
+  float* s1[optim_list_max];
+  const float* hyper[optim_list_max];
+  void* lo[optim_list_max];
+  float h[optim_list_max][4];
+  long long n[optim_list_max];
+  long long first[optim_list_max + 1];
+  int lo_kind[optim_list_max];
+  long long count;
+};
+static_assert(sizeof(OptimList) == (10 * optim_list_max + 2) * sizeof(long long) + optim_list_max * sizeof(int));
+}  // namespace detail
+
+// A 16-bit copy of a parameter that a many-tensor step writes with the new value (at most one of
+// the two; mixed precision: the cast autograd::cast keeps, so the next forward casts nothing).
+// It must have w's shape, strides and device.
+struct WeightCopy {
+  Tensor<bfloat16>* bf16 = nullptr;
+  Tensor<half>* f16 = nullptr;
+};
+
+namespace detail {
+// Appends a tensor of n elements to the last list (a new one when it is full).
+inline void optim_list_add(std::vector<OptimList>& lists, float* w, const void* g, float* s0, float* s1,
+                           const float* hyper, const WeightCopy& copy, const std::array<float, 4>& h, long long n) {
+  if (lists.empty() || lists.back().count == static_cast<long long>(optim_list_max)) lists.push_back(OptimList{});
+  OptimList& l = lists.back();
+  const auto k = static_cast<std::size_t>(l.count++);
+  l.w[k] = w;
+  l.g[k] = g;
+  l.s0[k] = s0;
+  l.s1[k] = s1;
+  l.hyper[k] = hyper;
+  l.lo[k] = copy.bf16 ? static_cast<void*>(copy.bf16->data()) : copy.f16 ? static_cast<void*>(copy.f16->data()) : nullptr;
+  l.lo_kind[k] = copy.bf16 ? 1 : copy.f16 ? 2 : 0;
+  for (std::size_t j = 0; j < 4; ++j) l.h[k][j] = h[j];
+  l.n[k] = n;
+  l.first[k + 1] = l.first[k] + (n + optim_chunk - 1) / optim_chunk;
+}
+
+template <class U>
+void check_copy(std::string_view op, const Tensor<float>& w, const Tensor<U>* c, bool other = false) {
+  if (!c) return;
+  CUTRAIN_REQUIRE(!other, InvalidArgument, op, "a bf16 and an f16 copy of ", w.describe(), " given: at most one");
+  CUTRAIN_REQUIRE(c->defined() && c->shape() == w.shape() && c->strides() == w.strides() && c->device() == w.device(),
+                  InvalidArgument, op, "the 16-bit copy ", c->describe(), " must have the shape, strides and device of w ",
+                  w.describe());
+}
+
+// The items' devices, each once (a list launch runs on one device).
+template <class Item>
+std::vector<Device> optim_list_devices(std::string_view op, std::span<const Item> items) {
+  std::vector<Device> devs;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    CUTRAIN_REQUIRE(items[i].w != nullptr, InvalidArgument, op, "tensor ", i, " has no w");
+    if (std::find(devs.begin(), devs.end(), items[i].w->device()) == devs.end()) devs.push_back(items[i].w->device());
+  }
+  return devs;
+}
+
+template <GpuFloat G, class... Args>
+void launch_lists(std::string_view op, Device dev, const char* kernel, const std::vector<OptimList>& lists,
+                  Args... args) {
+  DeviceScope scope(dev.index);
+  const CUfunction f = function(dev.index, optim_program<G>(), kernel);
+  for (const auto& l : lists)
+    launch(f, static_cast<unsigned>(std::clamp<long long>(l.first[l.count], 1, 65536)), 256, op, l, args...);
+}
+}  // namespace detail
+
+// One tensor of a many-tensor SGD step: w and momentum_buffer (null without momentum) as in
+// sgd_step; its own first_step and hyper ({lr, first_step} on the device, or null); copy, a
+// 16-bit copy of w to write too.
+template <GpuFloat G>
+struct SgdItem {
+  Tensor<float>* w = nullptr;
+  Tensor<G> grad;
+  Tensor<float>* momentum_buffer = nullptr;
+  bool first_step = false;
+  const float* hyper = nullptr;
+  WeightCopy copy;
+};
+
+// sgd_step on many tensors at once (PyTorch's foreach): one launch per 40 tensors of a device,
+// whatever their sizes, each tensor's result as sgd_step's. p.first_step is not read (the items' are).
+// Every tensor is checked before anything runs.
+template <GpuFloat G>
+void sgd_step(std::span<const SgdItem<G>> items, const SgdParams& p) {
+  constexpr std::string_view op = "cuda::kernels::sgd_step (many tensors)";
+  if (items.empty()) return;
+  detail::require_finite(op, p.lr, "lr");
+  detail::require_finite(op, p.momentum, "momentum");
+  detail::require_finite(op, p.dampening, "dampening");
+  detail::require_finite(op, p.weight_decay, "weight_decay");
+  CUTRAIN_REQUIRE(!p.nesterov || (p.momentum > 0 && p.dampening == 0), InvalidArgument, op,
+                  "nesterov needs momentum > 0 and dampening == 0, got momentum ", p.momentum, ", dampening ", p.dampening);
+  const std::vector<Device> devs = detail::optim_list_devices(op, items);
+  const bool with_momentum = p.momentum != 0;
+  std::vector<Tensor<G>> grads;  // staged to w's layout where they differ; alive until launched
+  for (const auto& it : items) {
+    CUTRAIN_REQUIRE(!with_momentum || it.momentum_buffer != nullptr, InvalidArgument, op,
+                    "momentum ", p.momentum, " needs a momentum buffer for ", it.w->describe());
+    grads.push_back(with_momentum ? detail::optim_check(op, *it.w, it.grad, {{it.momentum_buffer, "momentum_buffer"}})
+                                  : detail::optim_check(op, *it.w, it.grad, {}));
+    detail::check_copy(op, *it.w, it.copy.bf16, it.copy.f16 != nullptr);
+    detail::check_copy(op, *it.w, it.copy.f16);
+  }
+  for (const Device dev : devs) {
+    std::vector<detail::OptimList> lists;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto& it = items[i];
+      if (it.w->device() != dev || it.w->numel() == 0) continue;
+      detail::optim_list_add(
+          lists, it.w->data(), grads[i].data(), with_momentum ? it.momentum_buffer->data() : nullptr, nullptr, it.hyper,
+          it.copy, {static_cast<float>(p.lr), it.first_step ? 1.0f : 0.0f, 0.0f, static_cast<float>(p.weight_decay)},
+          it.w->numel());
+    }
+    detail::launch_lists<G>(op, dev, "cutrain_sgd_list", lists, static_cast<float>(p.momentum),
+                            static_cast<float>(p.dampening), p.nesterov ? 1 : 0);
+  }
+}
+
+// One tensor of a many-tensor AdamW step: w, m and v as in adamw_step; its own step count,
+// weight decay and hyper ({lr, lr / (1 - beta1^t), sqrt(1 - beta2^t)} on the device, or null);
+// copy, a 16-bit copy of w to write too.
+template <GpuFloat G>
+struct AdamWItem {
+  Tensor<float>* w = nullptr;
+  Tensor<G> grad;
+  Tensor<float>* m = nullptr;
+  Tensor<float>* v = nullptr;
+  std::int64_t step = 1;
+  double weight_decay = 0;
+  const float* hyper = nullptr;
+  WeightCopy copy;
+};
+
+// adamw_step on many tensors at once: one launch per 40 tensors. p.step and p.weight_decay are
+// not read (the items' are). Every tensor is checked before anything runs.
+template <GpuFloat G>
+void adamw_step(std::span<const AdamWItem<G>> items, const AdamWParams& p) {
+  constexpr std::string_view op = "cuda::kernels::adamw_step (many tensors)";
+  if (items.empty()) return;
+  detail::require_finite(op, p.lr, "lr");
+  detail::require_finite(op, p.eps, "eps");
+  CUTRAIN_REQUIRE(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1, InvalidArgument, op,
+                  "beta1 and beta2 must be in [0, 1), got ", p.beta1, " and ", p.beta2);
+  const std::vector<Device> devs = detail::optim_list_devices(op, items);
+  std::vector<Tensor<G>> grads;
+  for (const auto& it : items) {
+    detail::require_finite(op, it.weight_decay, "weight_decay");
+    CUTRAIN_REQUIRE(it.step >= 1, InvalidArgument, op, "step counts from 1, got ", it.step);
+    CUTRAIN_REQUIRE(it.m != nullptr && it.v != nullptr, InvalidArgument, op, "m and v are needed for ",
+                    it.w->describe());
+    grads.push_back(detail::optim_check(op, *it.w, it.grad, {{it.m, "m"}, {it.v, "v"}}));
+    detail::check_copy(op, *it.w, it.copy.bf16, it.copy.f16 != nullptr);
+    detail::check_copy(op, *it.w, it.copy.f16);
+  }
+  for (const Device dev : devs) {
+    std::vector<detail::OptimList> lists;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto& it = items[i];
+      if (it.w->device() != dev || it.w->numel() == 0) continue;
+      const double t = static_cast<double>(it.step);
+      detail::optim_list_add(lists, it.w->data(), grads[i].data(), it.m->data(), it.v->data(), it.hyper, it.copy,
+                             {static_cast<float>(p.lr), static_cast<float>(p.lr / (1.0 - std::pow(p.beta1, t))),
+                              static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, t))),
+                              static_cast<float>(it.weight_decay)},
+                             it.w->numel());
+    }
+    detail::launch_lists<G>(op, dev, "cutrain_adamw_list", lists, static_cast<float>(p.beta1),
+                            static_cast<float>(p.beta2), static_cast<float>(p.eps));
+  }
 }
 
 // shadow = decay * shadow + (1 - decay) * w, in place (optim::EMA): both f32 on one CUDA device,

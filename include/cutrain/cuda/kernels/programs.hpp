@@ -76,13 +76,15 @@ inline Program bias_grad(std::string_view t) {
 }
 
 // Optimizer updates, in place on f32 master weights and f32 state, with gradients in G.
-// Same rules as PyTorch's SGD and AdamW (single-tensor, non-fused), computed in f32; and
-// gradient clipping by the global norm over lists of tensors (optim/clip.hpp); and the moving
-// average of weights (optim/ema.hpp, f32).
+// Same rules as PyTorch's SGD and AdamW, computed in f32, per tensor or over lists of tensors
+// (foreach, which may also write a 16-bit copy of each weight); and gradient clipping by the
+// global norm over lists of tensors (optim/clip.hpp); and the moving average of weights
+// (optim/ema.hpp, f32).
 inline Program optim(std::string_view grad_type) {
   return make_program("optim", source::optim, {{"G", grad_type}},
-                      {"cutrain_sgd_step", "cutrain_adamw_step", "cutrain_unscale_check", "cutrain_clip_sum_squares",
-                       "cutrain_clip_coef", "cutrain_clip_scale", "cutrain_ema_update"});
+                      {"cutrain_sgd_step", "cutrain_adamw_step", "cutrain_sgd_list", "cutrain_adamw_list",
+                       "cutrain_unscale_check", "cutrain_clip_sum_squares", "cutrain_clip_coef", "cutrain_clip_scale",
+                       "cutrain_ema_update"});
 }
 
 // 2-d max and average pooling and global average pooling, forward and backward, with the
