@@ -1,3 +1,27 @@
+// Element i's SGD update (the rule below): returns the new w[i], writes buf[i] with momentum.
+__device__ __forceinline__ float sgd_update(float wi, float g, float* buf, long long i, float lr, float momentum,
+                                            float dampening, float weight_decay, int nesterov, bool first_step) {
+  if (weight_decay != 0.0f) g += weight_decay * wi;
+  if (momentum != 0.0f) {
+    const float b = first_step ? g : momentum * buf[i] + (1.0f - dampening) * g;
+    buf[i] = b;
+    g = nesterov ? g + momentum * b : b;
+  }
+  return wi - lr * g;
+}
+
+// Element i's AdamW update (the rule below): returns the new w[i], writes m[i] and v[i].
+__device__ __forceinline__ float adamw_update(float wi, float g, float* m, float* v, long long i, float lr,
+                                              float beta1, float beta2, float eps, float weight_decay,
+                                              float step_size, float bias_correction2_sqrt) {
+  wi *= 1.0f - lr * weight_decay;
+  const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+  const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  return wi - step_size * mi / (sqrtf(vi) / bias_correction2_sqrt + eps);
+}
+
 // g = grad + weight_decay * w; with momentum: buf = g on the first step, else
 // buf = momentum * buf + (1 - dampening) * g, and g = buf (or g + momentum * buf, Nesterov);
 // w -= lr * g. buf may be null when momentum == 0. hyper (may be null): lr and first_step read
@@ -9,17 +33,8 @@ extern "C" __global__ void cutrain_sgd_step(float* w, const G* grad, float* buf,
     lr = hyper[0];
     first_step = hyper[1] != 0.0f;
   }
-  for (long long i = thread_index(); i < n; i += grid_stride()) {
-    const float wi = w[i];
-    float g = to_f32(grad[i]);
-    if (weight_decay != 0.0f) g += weight_decay * wi;
-    if (momentum != 0.0f) {
-      const float b = first_step ? g : momentum * buf[i] + (1.0f - dampening) * g;
-      buf[i] = b;
-      g = nesterov ? g + momentum * b : b;
-    }
-    w[i] = wi - lr * g;
-  }
+  for (long long i = thread_index(); i < n; i += grid_stride())
+    w[i] = sgd_update(w[i], to_f32(grad[i]), buf, i, lr, momentum, dampening, weight_decay, nesterov, first_step);
 }
 
 // w *= 1 - lr * weight_decay; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
@@ -35,15 +50,9 @@ extern "C" __global__ void cutrain_adamw_step(float* w, const G* grad, float* m,
     step_size = hyper[1];
     bias_correction2_sqrt = hyper[2];
   }
-  for (long long i = thread_index(); i < n; i += grid_stride()) {
-    const float g = to_f32(grad[i]);
-    const float wi = w[i] * (1.0f - lr * weight_decay);
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi - step_size * mi / (sqrtf(vi) / bias_correction2_sqrt + eps);
-  }
+  for (long long i = thread_index(); i < n; i += grid_stride())
+    w[i] = adamw_update(w[i], to_f32(grad[i]), m, v, i, lr, beta1, beta2, eps, weight_decay, step_size,
+                        bias_correction2_sqrt);
 }
 
 // Many tensors' SGD or AdamW updates in one launch (PyTorch's foreach step): a list of up to 40
@@ -108,15 +117,8 @@ extern "C" __global__ void cutrain_sgd_list(cutrain_optim_list l, float momentum
     void* copy = l.lo[t];
     const int kind = l.lo_kind[t];
     for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      const float wi = w[i];
-      float g = to_f32(grad[i]);
-      if (weight_decay != 0.0f) g += weight_decay * wi;
-      if (momentum != 0.0f) {
-        const float b = first_step ? g : momentum * buf[i] + (1.0f - dampening) * g;
-        buf[i] = b;
-        g = nesterov ? g + momentum * b : b;
-      }
-      const float wn = wi - lr * g;
+      const float wn = sgd_update(w[i], to_f32(grad[i]), buf, i, lr, momentum, dampening, weight_decay, nesterov,
+                                  first_step);
       w[i] = wn;
       store_copy(copy, kind, i, wn);
     }
@@ -137,13 +139,8 @@ extern "C" __global__ void cutrain_adamw_list(cutrain_optim_list l, float beta1,
     void* copy = l.lo[t];
     const int kind = l.lo_kind[t];
     for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      const float g = to_f32(grad[i]);
-      const float wi = w[i] * (1.0f - lr * weight_decay);
-      const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-      const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-      m[i] = mi;
-      v[i] = vi;
-      const float wn = wi - step_size * mi / (sqrtf(vi) / bias_correction2_sqrt + eps);
+      const float wn = adamw_update(w[i], to_f32(grad[i]), m, v, i, lr, beta1, beta2, eps, weight_decay, step_size,
+                                    bias_correction2_sqrt);
       w[i] = wn;
       store_copy(copy, kind, i, wn);
     }
