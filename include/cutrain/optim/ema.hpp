@@ -7,7 +7,7 @@
 //   ... opt.step(); ema.update();
 //   { const optim::EMA<float>::Swapped s(ema); evaluate(net); }   // the averages in the model
 //
-// update() runs in place: host loops for cpu tensors, one fused kernel per tensor on the GPU (f32).
+// update() runs in place: host loops for cpu tensors, one launch per 40 tensors on the GPU (f32).
 // Under CUDA graph capture it is recorded with a fixed decay, so warm-up cannot be captured.
 // swap() exchanges the averages with the model's values (twice restores them); while swapped,
 // training steps would train the averages: swap back first.
@@ -59,15 +59,23 @@ class EMA {
     CUTRAIN_REQUIRE(!opts_.warmup || tracked_.front().current.device().is_cpu() || !cutrain::detail::device_capturing(),
                     InvalidArgument, op,
                     "a captured update would freeze the warm-up's decay: use warmup = false under capture");
+#ifdef CUTRAIN_WITH_CUDA
+    constexpr bool gpu_f32 = std::same_as<T, float>;
+    if constexpr (gpu_f32) {  // the GPU tensors in one launch per 40
+      std::vector<cuda::kernels::EmaItem> items;
+      for (auto& t : tracked_)
+        if (!t.current.device().is_cpu()) items.push_back({&t.shadow, &t.current});
+      if (!items.empty()) {
+        cuda::kernels::ema_update(items, d);
+        for (auto& it : items) it.shadow->bump_version();
+      }
+    }
+#else
+    constexpr bool gpu_f32 = false;
+#endif
     for (auto& t : tracked_) {
       if (!t.current.device().is_cpu()) {
-#ifdef CUTRAIN_WITH_CUDA
-        if constexpr (std::same_as<T, float>) {
-          t.shadow.bump_version();
-          cuda::kernels::ema_update(t.shadow, t.current, d);
-          continue;
-        }
-#endif
+        if (gpu_f32) continue;  // updated above
         throw NotImplemented(op, cutrain::detail::cat("tensors on the GPU must be f32, got ", t.name, " ",
                                                       t.current.describe()));
       }

@@ -14,6 +14,11 @@
 #endif
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <optional>
+#include <type_traits>
 #include <string_view>
 #include <utility>
 
@@ -110,6 +115,121 @@ void batch_norm_train_backward(const Tensor<T>& x, const Tensor<T>& dy, const Te
          detail::bn_train_blocks(C), 256, op, xs.data(), dys.data(), dx.data(), gamma.data(), save_mean.data(),
          save_inv_std.data(), dgamma.data(), dbeta.data(), N, C, S, xv.n, xv.c, xv.s, gv.n, gv.c, gv.s, dv.n, dv.c,
          dv.s);
+}
+
+
+namespace detail {
+// Multiprocessors of device dev (asked once per device).
+inline int sm_count(int dev) {
+  static std::array<std::atomic<int>, 64> known{};
+  if (dev < 0 || dev >= 64) return 132;
+  int n = known[static_cast<std::size_t>(dev)].load(std::memory_order_relaxed);
+  if (n == 0) {
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "cuda::kernels::sm_count",
+          "cudaDeviceGetAttribute");
+    known[static_cast<std::size_t>(dev)].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// How the fast backward sees dense x: channels-last rows of C (M rows), or [N, C, S] planes.
+struct BnDense {
+  bool channels_last = false;
+  long long rows = 0, n = 0, s = 0;
+};
+// Nothing when t is not dense in one of those forms, or a channels-last C is not a multiple of
+// VMAX (16 / sizeof(T)).
+template <class T>
+std::optional<BnDense> bn_dense(const Tensor<T>& t) {
+  const Shape& sh = t.shape();
+  const long long N = sh[0], C = sh[1], S = t.numel() / (N * C), v = 16 / static_cast<long long>(sizeof(T));
+  const Layout l = t.layout();
+  if ((l == Layout::row_major || l == Layout::nchw) && S > 1) return BnDense{false, 0, N, S};
+  if ((l == Layout::row_major || l == Layout::nchw || l == Layout::nhwc) && C % v == 0) return BnDense{true, N * S, N, S};
+  return std::nullopt;
+}
+}  // namespace detail
+
+// Whether ops:: runs batch norm's backward with the kernels below (true, the default) or with
+// cuDNN's graph first (false; CUTRAIN_BN_BACKWARD=cudnn in the environment at start): for timing
+// one against the other.
+inline std::atomic<bool>& fast_batch_norm_backward() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("CUTRAIN_BN_BACKWARD");
+    return !(e && std::string_view(e) == "cudnn");
+  }()};
+  return on;
+}
+
+// The backward of y = act(batch_norm(x) [+ residual]) with act relu (relu) or identity (y may be
+// undefined then), in three kernels (batch_norm_train.cuh's fast backward): dbeta, dgamma, dx,
+// and *dz = act'(y) dy (the residual's gradient) when dz is given. Runs where x, y, dy, dx and
+// *dz are dense alike (channels-last with C a multiple of 16 / sizeof(T), or NCHW / [N, C]) and
+// 16-byte aligned; false, having run nothing, otherwise. The sums are in f32 in a fixed order.
+template <GpuFloat T>
+[[nodiscard]] bool batch_norm_act_backward_fast(const Tensor<T>& x, const Tensor<T>& y, const Tensor<T>& dy,
+                                                const Tensor<float>& gamma, const Tensor<float>& save_mean,
+                                                const Tensor<float>& save_inv_std, bool relu, Tensor<T>& dx,
+                                                Tensor<float>& dgamma, Tensor<float>& dbeta,
+                                                std::type_identity_t<Tensor<T>>* dz) {
+  constexpr std::string_view op = "cuda::kernels::batch_norm_act_backward_fast";
+  detail::require_cuda_input(op, x, "x");
+  detail::require_cuda_input(op, dy, "dy");
+  CUTRAIN_REQUIRE((x.rank() == 2 || x.rank() == 4) && x.numel() > 0 && dy.shape() == x.shape(), InvalidArgument, op,
+                  "x must be a non-empty [N,C] or [N,C,H,W] and dy of its shape, got x ", x.describe(), " and dy ",
+                  dy.describe());
+  CUTRAIN_REQUIRE(!relu || (y.defined() && y.shape() == x.shape()), InvalidArgument, op,
+                  "relu's backward needs y of x's shape ", x.shape(), ", got ", y.defined() ? y.describe() : "none");
+  detail::require_output(op, dx, x.shape(), x.device(), "dx");
+  if (dz) detail::require_output(op, *dz, x.shape(), x.device(), "dz");
+  const long long C = x.dim(1);
+  detail::require_channels(op, {{&gamma, "gamma"}, {&save_mean, "save_mean"}, {&save_inv_std, "save_inv_std"},
+                                {&dgamma, "dgamma"}, {&dbeta, "dbeta"}},
+                           C, x.device());
+  const auto form = detail::bn_dense(x);
+  if (!form || C > 65535) return false;
+  const auto alike = [&](const Tensor<T>& t) {
+    return t.device() == x.device() && t.layout() == x.layout() && reinterpret_cast<std::uintptr_t>(t.data()) % 16 == 0;
+  };
+  if (!alike(x) || !alike(dy) || !alike(dx) || (relu && !alike(y)) || (dz && !alike(*dz))) return false;
+  constexpr long long V = 16 / sizeof(T);
+  const int dev = x.device().index;
+  DeviceScope scope(dev);
+  const Program& prog = detail::batch_norm_train_program<T>();
+  const int c = static_cast<int>(C), r = relu ? 1 : 0;
+  const T* yp = relu ? y.data() : nullptr;
+  T* zp = dz ? dz->data() : nullptr;
+  const long long blocks = 4LL * detail::sm_count(dev);
+  // The reduce and the apply share one grid: channels-last (P, gy) with P row groups, NCHW (P, C).
+  long long P = 0, gy = 0;
+  if (form->channels_last) {
+    const long long cols = C / V, cb = std::min<long long>(cols, 256), rb = 256 / cb;
+    gy = (cols + cb - 1) / cb;
+    P = std::clamp<long long>((form->rows + rb - 1) / rb, 1, std::max<long long>(1, blocks / gy));
+  } else {
+    gy = C;
+    P = std::clamp<long long>(blocks / C, 1, form->n);
+  }
+  const dim3 grid(static_cast<unsigned>(P), static_cast<unsigned>(gy));
+  const int vec = !form->channels_last && form->s % V == 0 ? 1 : 0;
+  Tensor<float> part(Shape{2 * P * C}, {.device = x.device()}), coef(Shape{3 * C}, {.device = x.device()});
+  if (form->channels_last)
+    launch(function(dev, prog, "cutrain_bn_bwd_reduce_cl"), grid, dim3(256), op, x.data(), yp, dy.data(), zp,
+           save_mean.data(), form->rows, c, r, part.data());
+  else
+    launch(function(dev, prog, "cutrain_bn_bwd_reduce_cf"), grid, dim3(256), op, x.data(), yp, dy.data(), zp,
+           save_mean.data(), form->n, c, form->s, r, vec, part.data());
+  const long long M = x.numel() / C;
+  launch(function(dev, prog, "cutrain_bn_bwd_finish"), dim3(static_cast<unsigned>(std::min<long long>(C, 65535))),
+         dim3(256), op, part.data(), P, c, M, gamma.data(), save_mean.data(), save_inv_std.data(), dgamma.data(),
+         dbeta.data(), coef.data());
+  if (form->channels_last)
+    launch(function(dev, prog, "cutrain_bn_bwd_apply_cl"), grid, dim3(256), op, x.data(), yp, dy.data(),
+           static_cast<const T*>(zp), dx.data(), coef.data(), form->rows, c, r);
+  else
+    launch(function(dev, prog, "cutrain_bn_bwd_apply_cf"), grid, dim3(256), op, x.data(), yp, dy.data(),
+           static_cast<const T*>(zp), dx.data(), coef.data(), form->n, c, form->s, r, vec);
+  return true;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

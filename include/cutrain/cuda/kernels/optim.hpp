@@ -330,6 +330,37 @@ inline void ema_update(Tensor<float>& shadow, const Tensor<float>& w, double dec
          ws.data(), n, static_cast<float>(decay));
 }
 
+// One tensor of a many-tensor EMA update: its average and the value it follows.
+struct EmaItem {
+  Tensor<float>* shadow = nullptr;
+  const Tensor<float>* w = nullptr;
+};
+
+// ema_update on many tensors at once: one launch per 40 tensors of a device. Every tensor is
+// checked before anything runs.
+inline void ema_update(std::span<const EmaItem> items, double decay) {
+  constexpr std::string_view op = "cuda::kernels::ema_update (many tensors)";
+  CUTRAIN_REQUIRE(decay >= 0 && decay <= 1, InvalidArgument, op, "decay must be in [0, 1], got ", decay);
+  std::vector<Device> devs;
+  std::vector<Tensor<float>> ws;  // staged to the averages' layouts; alive until launched
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    CUTRAIN_REQUIRE(items[i].shadow != nullptr && items[i].w != nullptr, InvalidArgument, op, "tensor ", i,
+                    " has no average or no value");
+    detail::require_cuda_input(op, *items[i].w, "w");
+    detail::require_output(op, *items[i].shadow, items[i].w->shape(), items[i].w->device(), "shadow");
+    ws.push_back(detail::staged(*items[i].w, items[i].shadow->layout()));
+    if (std::find(devs.begin(), devs.end(), items[i].w->device()) == devs.end()) devs.push_back(items[i].w->device());
+  }
+  for (const Device dev : devs) {
+    std::vector<detail::OptimList> lists;
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (items[i].w->device() == dev && items[i].w->numel() > 0)
+        detail::optim_list_add(lists, items[i].shadow->data(), ws[i].data(), nullptr, nullptr, nullptr, {}, {},
+                               items[i].w->numel());
+    detail::launch_lists<float>(op, dev, "cutrain_ema_list", lists, static_cast<float>(decay));
+  }
+}
+
 // Dynamic loss scaling: g *= inv_scale in place (g contiguous, f32, bf16 or f16), and
 // *found_inf (a device int) set to 1 when any result is inf or NaN; it is never cleared here.
 template <GpuFloat G>

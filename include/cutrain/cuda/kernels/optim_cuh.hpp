@@ -161,6 +161,19 @@ extern "C" __global__ void cutrain_ema_update(float* s, const float* w, long lon
   for (long long i = thread_index(); i < n; i += grid_stride()) s[i] += k * (w[i] - s[i]);
 }
 
+// cutrain_ema_update over a list (f32 programs): w[t] the averages, g[t] the values they follow.
+extern "C" __global__ void cutrain_ema_list(cutrain_optim_list l, float decay) {
+  const float k = 1.0f - decay;
+  for (long long c = blockIdx.x; c < l.first[l.count]; c += gridDim.x) {
+    long long lo, hi;
+    float h[4];
+    const int t = optim_chunk(l, c, lo, hi, h);
+    float* s = l.w[t];
+    const G* w = l.g[t];
+    for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) s[i] += k * (to_f32(w[i]) - s[i]);
+  }
+}
+
 // Dynamic loss scaling: g *= inv_scale in place, and *found_inf = 1 when a result is inf or NaN
 // (never cleared here; every writer writes 1).
 extern "C" __global__ void cutrain_unscale_check(G* g, long long n, float inv_scale, int* found_inf) {

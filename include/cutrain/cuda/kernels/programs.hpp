@@ -84,7 +84,7 @@ inline Program optim(std::string_view grad_type) {
   return make_program("optim", source::optim, {{"G", grad_type}},
                       {"cutrain_sgd_step", "cutrain_adamw_step", "cutrain_sgd_list", "cutrain_adamw_list",
                        "cutrain_unscale_check", "cutrain_clip_sum_squares", "cutrain_clip_coef", "cutrain_clip_scale",
-                       "cutrain_ema_update"});
+                       "cutrain_ema_update", "cutrain_ema_list"});
 }
 
 // 2-d max and average pooling and global average pooling, forward and backward, with the
@@ -135,11 +135,15 @@ inline Program activation(std::string_view t) {
 }
 
 // Batch-norm training forward (with a fused activation) and backward, x seen as [N, C, S] with
-// its own strides, one block per channel: where cuDNN has no engine (odd channel counts). The
-// text is activation.cuh followed by batch_norm_train.cuh.
+// its own strides, one block per channel: where cuDNN has no engine (odd channel counts); and the
+// fast backward of batch norm + relu over dense tensors (reduce, finish, apply). The text is
+// activation.cuh followed by batch_norm_train.cuh.
 inline Program batch_norm_train(std::string_view t) {
   return make_program("batch_norm_train", std::string(source::activation) + std::string(source::batch_norm_train),
-                      {{"T", t}}, {"cutrain_batch_norm_train_forward", "cutrain_batch_norm_train_backward"});
+                      {{"T", t}},
+                      {"cutrain_batch_norm_train_forward", "cutrain_batch_norm_train_backward", "cutrain_bn_bwd_reduce_cl",
+                       "cutrain_bn_bwd_reduce_cf", "cutrain_bn_bwd_finish", "cutrain_bn_bwd_apply_cl",
+                       "cutrain_bn_bwd_apply_cf"});
 }
 
 // Strided copy (the host passes core/storage.hpp's StridedCopy::Dims as cutrain_copy_args):
