@@ -5,7 +5,7 @@
 //
 //   fashion_mnist [--recipe default|fast] [--device cpu|cuda] [--epochs N] [--batch N] [--lr X]
 //                 [--seed N] [--data DIR] [--limit N] [--width N] [--augment] [--label-smoothing X]
-//                 [--ema DECAY] [--tta] [--target PERCENT] [--stop-at-target] [--cuda-graphs]
+//                 [--ema DECAY] [--tta] [--target PERCENT] [--stop-at-target] [--cuda-graphs] [--channels-last]
 //                 [--autotune heuristic|benchmark|cached] [--csv FILE] [--checkpoint FILE] [--resume]
 //                 [--stop-after N] [--deterministic] [--precision f32|bf16|f16]
 //
@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
     Rng init(args.seed + 1);
     auto net = nn::fashion_mnist_cnn<float>(init, args.width);
     net.to(dev);
+    if (args.channels_last) net.to(Layout::nhwc);  // the first conv's output too (ops::conv2d_forward)
     optim::AdamW opt(net.parameters(), {.lr = args.lr, .weight_decay = 5e-4});
     std::optional<optim::EMA<float>> ema;
     if (args.ema > 0) ema.emplace(net, optim::EMAOptions{.decay = args.ema});
@@ -284,7 +285,8 @@ int main(int argc, char** argv) {
               << (args.augment ? ", crop+flip" : "")
               << (args.label_smoothing > 0 ? ", label smoothing " + std::to_string(args.label_smoothing) : "")
               << (args.ema > 0 ? ", EMA " + std::to_string(args.ema) : "") << (args.tta ? ", flip TTA" : "")
-              << (args.cuda_graphs ? ", CUDA graphs" : "") << (dev.is_cpu() ? "" : ", autotune " + args.autotune)
+              << (args.cuda_graphs ? ", CUDA graphs" : "") << (args.channels_last ? ", channels-last" : "")
+              << (dev.is_cpu() ? "" : ", autotune " + args.autotune)
               << (args.deterministic ? ", deterministic" : "") << ", " << nn::to_string(args.precision)
               << std::endl;
 

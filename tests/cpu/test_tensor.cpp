@@ -1,6 +1,7 @@
 // Tensor<T>: layouts, views, copies, host round trips and bad input.
 #include "gradcheck.hpp"
 
+#include "cutrain/core/cast.hpp"
 #include "cutrain/core/tensor.hpp"
 
 namespace cutrain_test_tensor {  // one per file: the unity build compiles files together
@@ -19,6 +20,29 @@ TEST_CASE("tensor: nchw and nhwc strides, logical order round trip") {
   CHECK(a.to_vector() == b.to_vector());
   CHECK(b(1, 2, 3, 4) == a(1, 2, 3, 4));
   CHECK(b.data()[1 * 60 + 3 * 15 + 4 * 3 + 2] == a(1, 2, 3, 4));
+}
+
+TEST_CASE("tensor: is_channels_last where one channel makes both layouts the same memory") {
+  const Shape one{2, 1, 4, 4}, three{2, 3, 4, 4}, flat{2, 3, 1, 1};
+  Tensor<float> a(one, {.layout = Layout::nhwc}), b(one, {.layout = Layout::nchw}), c(three, {.layout = Layout::nhwc});
+  Tensor<float> d(three, {.layout = Layout::nchw}), e(flat, {.layout = Layout::nhwc}), f(flat, {.layout = Layout::nchw});
+  CHECK(a.layout() == Layout::nchw);  // layout() cannot tell: NCHW comes first
+  CHECK(is_channels_last(a.shape(), a.strides()));
+  CHECK_FALSE(is_channels_last(b.shape(), b.strides()));
+  CHECK(is_channels_last(c.shape(), c.strides()));
+  CHECK_FALSE(is_channels_last(d.shape(), d.strides()));
+  CHECK(is_channels_last(e.shape(), e.strides()));
+  CHECK_FALSE(is_channels_last(f.shape(), f.strides()));
+  CHECK_FALSE(is_channels_last(Shape{4, 4}, Strides{4, 1}));
+  a.fill(1.5f);
+  const auto h = cast<bfloat16>(a);  // a cast keeps the strides that were asked for
+  CHECK(h.strides() == a.strides());
+  CHECK(cast<float>(b).strides() == b.strides());
+  CHECK(a.clone().strides() == a.strides());  // and so does a copy
+  CHECK(a.to(Device::cpu()).strides() == a.strides());
+  const auto an = a.contiguous(Layout::nchw);  // asked for NCHW: NCHW strides, the same memory
+  CHECK_FALSE(is_channels_last(an.shape(), an.strides()));
+  CHECK(an.data() == a.data());
 }
 
 TEST_CASE("tensor: views share storage, clones do not") {

@@ -17,7 +17,7 @@ Tensor<U> cast(const Tensor<T>& t) {
     if constexpr (std::is_same_v<U, half> || std::is_same_v<U, bfloat16>) out[i] = U(static_cast<float>(v[i]));
     else out[i] = static_cast<U>(static_cast<double>(v[i]));
   }
-  const Layout l = t.layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;
+  const Layout l = is_channels_last(t.shape(), t.strides()) ? Layout::nhwc : Layout::row_major;
   return Tensor<U>::from_vector(out, t.shape(), {.layout = l, .device = t.device()});
 }
 

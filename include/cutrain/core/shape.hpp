@@ -114,6 +114,15 @@ inline Layout layout_of(const Shape& shape, const Strides& strides) {
   return Layout::strided;
 }
 
+// Channels-last memory: layout_of says nhwc, or the strides are exactly NHWC's and not row-major's
+// (one channel or H = W = 1, where both layouts are the same memory and layout_of says nchw: the
+// strides still record which was asked for, e.g. by Module::to(Layout::nhwc)).
+inline bool is_channels_last(const Shape& shape, const Strides& strides) {
+  if (layout_of(shape, strides) == Layout::nhwc) return true;
+  return shape.rank() == 4 && strides == contiguous_strides(shape, Layout::nhwc) &&
+         strides != contiguous_strides(shape, Layout::row_major);
+}
+
 // Every dim non-negative, and the bytes of a tensor of this shape (elem_bytes each) and every
 // contiguous stride countable in int64: the product of the non-zero dims times elem_bytes must
 // fit, so that a zero dim cannot hide an overflowing stride ([0, 2^40, 2^40]).

@@ -285,8 +285,8 @@ class Tensor {
     assign(src.to_vector());
   }
 
-  // A copy in its own storage, contiguous in the given layout (default: this one's, or
-  // row-major/nchw when this one is strided).
+  // A copy in its own storage, contiguous in the given layout (default: this one's, channels-last
+  // wherever is_channels_last says so, or row-major/nchw when this one is strided).
   Tensor clone(Layout l = Layout::strided) const {
     require_defined("Tensor::clone");
     return copy_to(device(), l);
@@ -297,7 +297,12 @@ class Tensor {
   }
   Tensor contiguous(Layout l) const {
     require_defined("Tensor::contiguous");
-    if (layout() == l || (l == Layout::row_major && layout() == Layout::nchw)) return view();
+    if (layout() == l || (l == Layout::row_major && layout() == Layout::nchw)) {
+      // One channel (or H = W = 1) with NHWC strides asked for NCHW: the same memory, NCHW strides.
+      if (l != Layout::nhwc && is_channels_last(shape_, strides_))
+        return as_strided(shape_, contiguous_strides(shape_, Layout::row_major), offset_);
+      return view();
+    }
     return copy_to(device(), l);
   }
 
@@ -380,7 +385,7 @@ class Tensor {
     storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape.numel()) * sizeof(T), opts.device, zero_host);
   }
   Tensor copy_to(Device dev, Layout l) const {
-    if (l == Layout::strided) l = layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;
+    if (l == Layout::strided) l = is_channels_last(shape_, strides_) ? Layout::nhwc : Layout::row_major;
     Tensor t(shape_, {.layout = l, .device = dev});
     t.copy_from(*this);
     return t;

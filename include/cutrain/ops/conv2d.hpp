@@ -31,6 +31,25 @@ void conv2d_check_dy(std::string_view op, const Tensor<T>& dy, const Shape& x_sh
   CUTRAIN_REQUIRE(dy.shape() == y, InvalidArgument, op, "dy must have the output shape ", y, " of x ", x_shape,
                   " and w ", w_shape, " with ", p, ", got ", dy.describe());
 }
+
+// A one-channel x on the GPU is handed to cuDNN with NHWC strides (the same memory) where the
+// conv's other tensor (w, or dy) is channels-last (is_channels_last), and the output is then
+// channels-last: a channels-last model stays so from its first layer, whose input may have one
+// channel (Fashion-MNIST), where x's layout() cannot tell.
+template <class T, class U>
+bool one_channel_follows(const Tensor<T>& x, const Tensor<U>& other) {
+  return x.dim(1) == 1 && x.layout() != Layout::strided && is_channels_last(other.shape(), other.strides());
+}
+template <class T, class U>
+Tensor<T> one_channel_as(const Tensor<T>& x, const Tensor<U>& other) {
+  if (!one_channel_follows(x, other)) return x.view();
+  return x.as_strided(x.shape(), contiguous_strides(x.shape(), Layout::nhwc), x.offset());
+}
+template <class T, class U>
+Tensor<T> conv_output(const Shape& shape, const Tensor<T>& x, const Tensor<U>& other) {
+  if (one_channel_follows(x, other)) return Tensor<T>(shape, {.layout = Layout::nhwc, .device = x.device()});
+  return device_output<T>(shape, x);
+}
 }  // namespace detail
 
 template <class T>
@@ -43,8 +62,8 @@ Tensor<T> conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>
   return detail::dispatch<Tensor<T>>(
       op, [&](const auto& x, const auto& w, const auto& bias) { return cpu::conv2d_forward(x, w, bias, p); },
       CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& bias) {
-        Tensor<T> y = detail::device_output<T>(conv2d_output_shape(x.shape(), w.shape(), p, op), x);
-        cuda::cudnn::conv2d_forward(x, w, bias, p, y);
+        Tensor<T> y = detail::conv_output(conv2d_output_shape(x.shape(), w.shape(), p, op), x, w);
+        cuda::cudnn::conv2d_forward(detail::one_channel_as(x, w), w, bias, p, y);
         return y;
       }),
       x, w, bias);
@@ -73,14 +92,15 @@ Tensor<T> conv2d_bias_activation_forward(const Tensor<T>& x, const Tensor<T>& w,
         return cpu::conv2d_fused_forward(x, w, bias, std::decay_t<decltype(x)>{}, act, p);
       },
       CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& bias) {
-        Tensor<T> y = detail::device_output<T>(ys, x);
+        Tensor<T> y = detail::conv_output(ys, x, w);
+        const Tensor<T> xv = detail::one_channel_as(x, w);
         try {
-          cuda::cudnn::conv2d_forward(x, w, bias, p, y, act);
+          cuda::cudnn::conv2d_forward(xv, w, bias, p, y, act);
         } catch (const CudnnError&) {
           // cuDNN has no fused engine for every activation, dtype and layout (f32 NCHW + gelu, for
           // one): run the conv (+ bias) graph, then the activation graph. The failed build is
           // remembered, so this costs one exception per call, not a new build.
-          cuda::cudnn::conv2d_forward(x, w, bias, p, y);
+          cuda::cudnn::conv2d_forward(xv, w, bias, p, y);
           return activation_forward(y, act);
         }
         return y;
@@ -142,8 +162,9 @@ Tensor<T> conv2d_backward_filter(const Tensor<T>& dy, const Tensor<T>& x, const 
   return detail::dispatch<Tensor<T>>(
       op, [&](const auto& dy, const auto& x) { return cpu::conv2d_backward_filter(dy, x, w_shape, p); },
       CUTRAIN_IF_CUDA([&](const auto& dy, const auto& x) {
-        Tensor<T> dw = detail::device_output<T>(w_shape, x);
-        cuda::cudnn::conv2d_backward_filter(dy, x, p, dw);
+        // dw as the weights were laid out: x's layout, or dy's for a one-channel x (detail::conv_output)
+        Tensor<T> dw = detail::conv_output(w_shape, x, dy);
+        cuda::cudnn::conv2d_backward_filter(dy, detail::one_channel_as(x, dy), p, dw);
         return dw;
       }),
       dy, x);

@@ -41,7 +41,7 @@ void cast_into(const Tensor<T>& x, Tensor<U>& y) {
 template <GpuFloat U, GpuFloat T>
 Tensor<U> cast(const Tensor<T>& x) {
   detail::require_cuda_input("cuda::kernels::cast", x, "x");
-  const Layout l = x.layout() == Layout::nhwc ? Layout::nhwc : Layout::row_major;
+  const Layout l = is_channels_last(x.shape(), x.strides()) ? Layout::nhwc : Layout::row_major;
   Tensor<U> y(x.shape(), {.layout = l, .device = x.device()});
   cast_into(x, y);
   return y;
