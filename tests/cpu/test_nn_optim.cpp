@@ -308,6 +308,26 @@ TEST_CASE("nn: resnet18_cifar, and a model moved to channels-last computes the s
   CUTRAIN_REQUIRE_THROWS_OP(net.to(Layout::row_major), InvalidArgument, "Module::to");
 }
 
+TEST_CASE("nn: Module::to lays out one-channel weights by their strides, both ways", "[nn]") {
+  Rng init(5);
+  auto net = nn::fashion_mnist_cnn<float>(init);
+  auto w = net.named_parameters().front().second;  // the first conv's [32, 1, 3, 3]
+  REQUIRE(w.value().shape() == Shape{32, 1, 3, 3});
+  net.to(Layout::nhwc);
+  CHECK(w.value().layout() == Layout::nchw);  // one channel: layout() cannot tell
+  CHECK(is_channels_last(w.value().shape(), w.value().strides()));
+  const float* before = w.value().data();
+  net.to(Layout::nhwc);  // already there: not copied again
+  CHECK(w.value().data() == before);
+  net.to(Layout::nchw);
+  CHECK_FALSE(is_channels_last(w.value().shape(), w.value().strides()));
+  for (auto& [name, p] : net.named_parameters())
+    if (p.value().rank() == 4) {
+      INFO(name);
+      CHECK_FALSE(is_channels_last(p.value().shape(), p.value().strides()));
+    }
+}
+
 TEST_CASE("optim: AdamW parameter groups decay by their own weight_decay", "[optim]") {
   Rng rng(91);
   const auto make = [&](std::uint64_t seed) {

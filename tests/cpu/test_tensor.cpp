@@ -43,6 +43,7 @@ TEST_CASE("tensor: is_channels_last where one channel makes both layouts the sam
   const auto an = a.contiguous(Layout::nchw);  // asked for NCHW: NCHW strides, the same memory
   CHECK_FALSE(is_channels_last(an.shape(), an.strides()));
   CHECK(an.data() == a.data());
+  CHECK(a.contiguous(Layout::nhwc).data() == a.data());  // already NHWC: a view, not a copy
 }
 
 TEST_CASE("tensor: views share storage, clones do not") {

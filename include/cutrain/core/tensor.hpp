@@ -297,6 +297,7 @@ class Tensor {
   }
   Tensor contiguous(Layout l) const {
     require_defined("Tensor::contiguous");
+    if (l == Layout::nhwc && is_channels_last(shape_, strides_)) return view();
     if (layout() == l || (l == Layout::row_major && layout() == Layout::nchw)) {
       // One channel (or H = W = 1) with NHWC strides asked for NCHW: the same memory, NCHW strides.
       if (l != Layout::nhwc && is_channels_last(shape_, strides_))

@@ -84,14 +84,18 @@ class Module {
   Self& to(Layout l) {
     CUTRAIN_REQUIRE(l == Layout::nchw || l == Layout::nhwc, InvalidArgument, "Module::to",
                     "4-d tensors are laid out nchw or nhwc, got ", l);
+    // is_channels_last, not layout(): a one-channel [K, 1, R, S] weight is nchw to layout() either way
+    const auto differs = [&](const Tensor<T>& t) {
+      return t.rank() == 4 && is_channels_last(t.shape(), t.strides()) != (l == Layout::nhwc);
+    };
     self().visit_params("", [&](const std::string&, Var<T>& v) {
-      if (v.value().rank() == 4 && v.value().layout() != l) {
+      if (differs(v.value())) {
         v.value() = v.value().contiguous(l);
         v.zero_grad();
       }
     });
     self().visit_buffers("", [&](const std::string&, Tensor<T>& t) {
-      if (t.rank() == 4 && t.layout() != l) t = t.contiguous(l);
+      if (differs(t)) t = t.contiguous(l);
     });
     return self();
   }

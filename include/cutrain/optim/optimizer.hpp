@@ -124,9 +124,8 @@ class Optimizer {
   static cuda::kernels::WeightCopy current_copy(const autograd::Var<T>& p) {
     if constexpr (std::same_as<T, float>) {
       auto& impl = *p.impl();
-      const auto same = [&](const auto& c) { return c.strides() == impl.value.strides(); };  // as the kernel writes it
-      if (impl.bf16_copy.current(impl.value) && same(impl.bf16_copy.copy)) return {.bf16 = &impl.bf16_copy.copy};
-      if (impl.f16_copy.current(impl.value) && same(impl.f16_copy.copy)) return {.f16 = &impl.f16_copy.copy};
+      if (impl.bf16_copy.current(impl.value)) return {.bf16 = &impl.bf16_copy.copy};  // current: same strides too
+      if (impl.f16_copy.current(impl.value)) return {.f16 = &impl.f16_copy.copy};
     }
     return {};
   }
