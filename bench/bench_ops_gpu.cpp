@@ -17,6 +17,7 @@
 //   build/bench/bench_ops_gpu --benchmark_out=ops.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
+#include <cutrain/cuda/cudnn/activation.hpp>
 #include <cutrain/cutrain.hpp>
 #include <cutrain/ops/activation.hpp>
 #include <cutrain/ops/batch_norm.hpp>

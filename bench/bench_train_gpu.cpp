@@ -14,6 +14,7 @@
 //   build/bench/bench_train_gpu --benchmark_out=train.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
+#include <cutrain/cuda/cudnn/activation.hpp>
 #include <cutrain/cutrain.hpp>
 #include <cutrain/nn.hpp>
 
@@ -171,16 +172,18 @@ void tiny_conv(benchmark::State& state) {
   host_overhead(state, [&] { benchmark::DoNotOptimize(ops::conv2d_forward(x, w, Tensor<float>{}, p)); });
 }
 
-// Where the host time of tiny_relu goes: building its graph key, the plan store's lookup, and
-// cuDNN's execute of the built graph (variant pack and launch), each alone. tiny_scale is an
-// elementwise op on an NVRTC kernel (no cuDNN), for comparison.
+// Where the host time of a cuDNN op goes, for cuDNN's relu graph: building its graph key, the plan
+// store's lookup, and cuDNN's execute of the built graph (variant pack and launch), each alone.
+// tiny_relu (ops::activation_forward) and tiny_scale are ops on NVRTC kernels (no cuDNN).
 struct TinyRelu {
   Tensor<float> x, y;
   ActivationParams a{.kind = Activation::relu};
   TinyRelu() {
     Rng rng(3);
     x = Tensor<float>::uniform(Shape{1, 8, 8, 8}, rng, -1, 1, {.layout = Layout::nchw}).to(Device::cuda(0));
-    y = ops::activation_forward(x, a);  // builds and caches the graph
+    y = Tensor<float>(x.shape(), {.layout = Layout::nchw, .device = Device::cuda(0)});
+    // builds and caches cuDNN's graph (ops::activation_forward runs cutrain's kernel instead)
+    if (!cuda::cudnn::activation_forward(x, a, y)) throw Error("bench", "cuDNN has no relu engine here");
   }
   cuda::cudnn::GraphKey key() const {
     const auto [vs, vst] = cuda::cudnn::elementwise_view(x);

@@ -193,8 +193,10 @@ int main(int argc, char** argv) {
     if (!dev.is_cpu()) {
       cuda::warm_start(cutrain::detail::cat("fashion_mnist-", nn::to_string(args.precision), "-", args.autotune,
                                             args.deterministic ? "-deterministic" : ""));
-      // The NVRTC kernels this precision can launch, compiled on background threads while the
-      // data loads (skipped where the kernel cache has them; CUTRAIN_KERNEL_PREFETCH=0: off).
+      // The build's seed directory (build/kernels) where CUTRAIN_KERNEL_SEED does not name one;
+      // then the NVRTC kernels this precision can launch that neither the cache nor the seed has,
+      // compiled on background threads while the data loads (CUTRAIN_KERNEL_PREFETCH=0: off).
+      (void)cuda::kernels::use_seed_beside_program();
       cuda::kernels::prefetch(cuda::kernels::programs_for(args.precision == nn::Precision::bf16  ? "cutrain_bf16"
                                                           : args.precision == nn::Precision::f16 ? "cutrain_f16"
                                                                                                  : "float"),
@@ -428,6 +430,10 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(k.compiles.load()), static_cast<unsigned long long>(k.disk_hits.load()),
                   static_cast<unsigned long long>(k.seed_hits.load()),
                   static_cast<unsigned long long>(k.prefetch_waits.load()), static_cast<double>(k.load_micros.load()) / 1e6);
+      const auto& b = cuda::cudnn::build_stats();
+      std::printf("cuDNN graphs: %lld built or loaded (%lld from plan files, %lld by the warm start), %.1f s in all\n",
+                  static_cast<long long>(b.graphs.load()), static_cast<long long>(b.from_files.load()),
+                  static_cast<long long>(b.warm.load()), static_cast<double>(b.micros.load()) / 1e6);
     }
 #endif
     std::printf("final test accuracy %.2f%%, %.0f images/s\n", last.accuracy,

@@ -9,6 +9,7 @@
 // candidate order: heuristics mode B's first two configs are timed right after the baseline when B
 // is asked, and B is not asked when the options say never. Engine
 // configs whose knob types only the backend names are stored and replayed.
+#include "bn_switch.hpp"
 #include "parity.hpp"
 #include "scoped_env.hpp"
 #include "temp_dir.hpp"
@@ -30,6 +31,7 @@
 
 #include "cutrain/cuda/autotune/tuner.hpp"
 #include "cutrain/cuda/cublas/linear.hpp"
+#include "cutrain/cuda/cudnn/activation.hpp"
 #include "cutrain/cuda/cudnn/conv.hpp"
 #include "cutrain/cuda/warm_start.hpp"
 #include "cutrain/ops/activation.hpp"
@@ -539,7 +541,9 @@ TEST_CASE("gpu: plans cuDNN compiles at build are kept on disk, and a fresh grap
   autotune::ModeGuard mode(autotune::Mode::heuristic);
 
   // relu forward and backward and batch norm training forward and backward, bf16 NHWC, on a
-  // shape no other test uses; every output checked against the CPU backend.
+  // shape no other test uses, as cuDNN's graphs (ops:: prefers cutrain's kernels for these); every
+  // output checked against the CPU backend.
+  const FastBatchNorm cudnn_graphs(false, false);
   Rng rng(57);
   const Shape s{3, 24, 7, 9};
   auto [x, xr] = random_pair<cutrain::bfloat16>(s, rng, Layout::nhwc);
@@ -548,8 +552,12 @@ TEST_CASE("gpu: plans cuDNN compiles at build are kept on disk, and a fresh grap
   auto [beta, br] = random_pair<float>(Shape{24}, rng, Layout::row_major);
   const ActivationParams relu{.kind = Activation::relu};
   auto run = [&] {
-    check_close("plan file relu fwd", ops::activation_forward(x, relu), ops::activation_forward(xr, relu));
-    check_close("plan file relu bwd", ops::activation_backward(x, dy, relu), ops::activation_backward(xr, dyr, relu));
+    const TensorOptions o{.layout = Layout::nhwc, .device = Device::cuda(0)};
+    Tensor<cutrain::bfloat16> z(s, o), dz(s, o);
+    REQUIRE(cuda::cudnn::activation_forward(x, relu, z));
+    REQUIRE(cuda::cudnn::activation_backward(x, dy, relu, dz));
+    check_close("plan file relu fwd", z, ops::activation_forward(xr, relu));
+    check_close("plan file relu bwd", dz, ops::activation_backward(xr, dyr, relu));
     Tensor<float> rm = Tensor<float>::zeros(Shape{24}, {.device = Device::cuda(0)});
     Tensor<float> rv = Tensor<float>::full(Shape{24}, 1.0f, {.device = Device::cuda(0)});
     Tensor<double> rmr = Tensor<double>::zeros(Shape{24}), rvr = Tensor<double>::full(Shape{24}, 1.0);
@@ -607,7 +615,9 @@ TEST_CASE("gpu: a warm start loads the plans of an earlier run in the background
   CHECK_THROWS_AS(cuda::warm_start("ok", 99), InvalidArgument);
 
   // A bf16 NHWC conv (tuned: its plan goes to a file only under a warm start), relu and batch
-  // norm (the heuristics' plans), on shapes no other test uses; every output against the CPU.
+  // norm (the heuristics' plans: cuDNN's graphs, not the kernels ops:: prefers), on shapes no
+  // other test uses; every output against the CPU.
+  const FastBatchNorm cudnn_graphs(false, false);
   Rng rng(91);
   const Shape xs{2, 16, 9, 11}, ws{24, 16, 3, 3};
   const auto p = Conv2dParams::make(1, 1);
@@ -621,7 +631,9 @@ TEST_CASE("gpu: a warm start loads the plans of an earlier run in the background
     const auto y = ops::conv2d_forward(x, w, p);
     const auto yr = ops::conv2d_forward(xr, wr, p);
     check_close("warm start conv", y, yr);
-    check_close("warm start relu", ops::activation_forward(y, relu), ops::activation_forward(yr, relu));
+    Tensor<cutrain::bfloat16> z(y.shape(), {.layout = y.layout(), .device = y.device()});
+    REQUIRE(cuda::cudnn::activation_forward(y, relu, z));  // cuDNN's pointwise graph (ops:: runs a kernel)
+    check_close("warm start relu", z, ops::activation_forward(yr, relu));
     Tensor<float> rm = Tensor<float>::zeros(Shape{24}, {.device = Device::cuda(0)});
     Tensor<float> rv = Tensor<float>::full(Shape{24}, 1.0f, {.device = Device::cuda(0)});
     Tensor<double> rmr = Tensor<double>::zeros(Shape{24}), rvr = Tensor<double>::full(Shape{24}, 1.0);

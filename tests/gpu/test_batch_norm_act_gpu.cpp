@@ -2,6 +2,7 @@
 // backend in f64, in f32, bf16 and f16, NHWC and NCHW, with and without a residual, C even (cuDNN's
 // fused graph where it has an engine) and odd (the fallback); which path ran is printed. Then
 // nn::ResidualBlock (fused) forward and backward on the GPU against the same block on the CPU.
+#include "bn_switch.hpp"
 #include "parity.hpp"
 
 #include <cstdio>
@@ -69,6 +70,7 @@ void run_batch_norm_act(const Shape& shape, Layout layout, bool residual) {
 
 template <class T>
 void run_all() {
+  const FastBatchNorm cudnn_graphs(false, false);  // cuDNN's graphs (the fast kernels: test_bn_*_fast_gpu.cpp)
   for (const Layout l : {Layout::nhwc, Layout::nchw})
     for (const bool residual : {true, false}) {
       run_batch_norm_act<T>({8, 64, 16, 16}, l, residual);

@@ -3,6 +3,7 @@
 // multiple of 16 bytes, more than 256 packs a row, a pack count that does not divide 256) and
 // channels-first planes (packed and one element at a time), relu and identity, with and without
 // the residual's gradient; its sums are deterministic; it declines what it does not take.
+#include "bn_switch.hpp"
 #include "parity.hpp"
 
 #include <cstdio>
@@ -17,13 +18,6 @@ using namespace cutrain;
 using namespace cutrain::test;
 
 namespace {
-
-// Restores the ops:: switch on scope exit.
-struct FastBnBackward {
-  bool was = cuda::kernels::fast_batch_norm_backward().load();
-  explicit FastBnBackward(bool on) { cuda::kernels::fast_batch_norm_backward() = on; }
-  ~FastBnBackward() { cuda::kernels::fast_batch_norm_backward() = was; }
-};
 
 template <class T>
 bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
@@ -71,7 +65,12 @@ void run_fast(const Shape& shape, Layout layout, bool relu, bool want_dz) {
   // ops:: takes this path by default; with it off, cuDNN's graph (or the per-channel kernel) runs.
   auto via_ops = ops::batch_norm_act_backward(x, y, dy, gamma, mean, inv, act, want_dz);
   CHECK(same_bits(via_ops.dx, dx));
-  const FastBnBackward off(false);
+  if (!relu) {  // the op without an activation takes it too
+    auto plain = ops::batch_norm_backward(x, dy, gamma, mean, inv);
+    CHECK(same_bits(plain.dx, dx));
+    CHECK(same_bits(plain.dgamma, dgamma));
+  }
+  const FastBatchNorm off(true, false);  // cuDNN's graph first
   auto other = ops::batch_norm_act_backward(x, y, dy, gamma, mean, inv, act, want_dz);
   const double e_other = check_close(tag + " dx (cuDNN's graph)", other.dx, ref.dx);
   std::printf("%-66s scaled dx error: fast %.2e, cuDNN %.2e\n", tag.c_str(), e, e_other);
@@ -86,6 +85,56 @@ void run_shapes() {
   run_fast<T>({6, 32, 16, 16}, Layout::nchw, true, true);   // planes of 256: packed
   run_fast<T>({5, 24, 7, 9}, Layout::nchw, true, false);    // planes of 63: one element at a time
   run_fast<T>({70, 48, 14, 14}, Layout::nchw, false, true);  // many planes per block
+  run_fast<T>({64, 32, 1, 1}, Layout::nchw, false, false);    // planes of 1: taken as rows of C
+}
+
+// x = 3000 + u with u in [-1, 1) and dy correlated with u: where |mean| is thousands of times the
+// standard deviation, dx must not lose f32 digits to cancellation (x is centred before the product).
+void run_large_mean(const Shape& shape, Layout layout) {
+  const std::string tag = cutrain::detail::cat("fast bn backward, |mean| >> std ", shape, " ", layout);
+  INFO(tag);
+  Rng rng(11);
+  const long long C = shape[1], plane = shape[2] * shape[3], per = shape.numel() / C;
+  const auto u = Tensor<float>::uniform(shape, rng, -1.0, 1.0).to_vector();
+  const auto noise = Tensor<float>::uniform(shape, rng, -1.0, 1.0).to_vector();
+  std::vector<float> xv(u.size()), dyv(u.size()), mean_v(static_cast<std::size_t>(C)), inv_v(mean_v.size());
+  std::vector<double> sum(mean_v.size()), sq(mean_v.size());
+  const auto channel = [&](std::size_t i) { return static_cast<std::size_t>((static_cast<long long>(i) / plane) % C); };
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    xv[i] = 3000.0f + u[i];
+    dyv[i] = 0.8f * u[i] + 0.2f * noise[i];
+    sum[channel(i)] += xv[i];
+  }
+  // The batch's own statistics, as the forward saves them (in f64, then rounded to f32).
+  for (std::size_t c = 0; c < mean_v.size(); ++c) mean_v[c] = static_cast<float>(sum[c] / static_cast<double>(per));
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    const double d = static_cast<double>(xv[i]) - mean_v[channel(i)];
+    sq[channel(i)] += d * d;
+  }
+  for (std::size_t c = 0; c < inv_v.size(); ++c)
+    inv_v[c] = static_cast<float>(1.0 / std::sqrt(sq[c] / static_cast<double>(per) + 1e-5));
+  const auto x_host = Tensor<float>::from_vector(xv, shape, {.layout = layout});
+  const auto dy_host = Tensor<float>::from_vector(dyv, shape, {.layout = layout});
+  const auto mean_host = Tensor<float>::from_vector(mean_v, Shape{C});
+  const auto inv_host = Tensor<float>::from_vector(inv_v, Shape{C});
+  auto gamma_host = Tensor<float>::uniform(Shape{C}, rng, 0.5, 1.5);
+
+  const auto dev = Device::cuda(0);
+  auto x = x_host.to(dev), dy = dy_host.to(dev), gamma = gamma_host.to(dev), mean = mean_host.to(dev),
+       inv = inv_host.to(dev);
+  // (identity: y, read only for relu's mask, is any tensor of x's shape)
+  auto ref = ops::batch_norm_act_backward(cast<double>(x_host), cast<double>(x_host), cast<double>(dy_host),
+                                          cast<double>(gamma_host), cast<double>(mean_host), cast<double>(inv_host),
+                                          ActivationParams{}, false);
+  auto dx = poisoned<float>(shape, layout);
+  Tensor<float> dgamma = poisoned<float>(Shape{C}, layout), dbeta = poisoned<float>(Shape{C}, layout);
+  REQUIRE(cuda::kernels::batch_norm_act_backward_fast(x, Tensor<float>{}, dy, gamma, mean, inv, false, dx, dgamma,
+                                                      dbeta, nullptr));
+  // Folding the mean into the constant (B x + K with K holding -B mean) would lose |mean| / std
+  // times f32's rounding here: some 1e-4.
+  const double e = check_close(tag + " dx", dx, ref.dx, 5e-6);
+  check_close(tag + " dgamma", dgamma, ref.dgamma, 1e-4);
+  std::printf("%-66s scaled dx error: %.2e\n", tag.c_str(), e);
 }
 
 }  // namespace
@@ -93,6 +142,11 @@ void run_shapes() {
 TEST_CASE("gpu fast batch-norm backward f32 matches the CPU and cuDNN") { run_shapes<float>(); }
 TEST_CASE("gpu fast batch-norm backward bf16 matches the CPU and cuDNN") { run_shapes<bfloat16>(); }
 TEST_CASE("gpu fast batch-norm backward f16 matches the CPU and cuDNN") { run_shapes<cutrain::half>(); }
+
+TEST_CASE("gpu fast batch-norm backward keeps f32 digits where |mean| >> std") {
+  run_large_mean({16, 32, 8, 8}, Layout::nhwc);
+  run_large_mean({16, 32, 8, 8}, Layout::nchw);
+}
 
 TEST_CASE("gpu fast batch-norm backward declines what it does not take, and checks its inputs") {
   Rng rng(5);

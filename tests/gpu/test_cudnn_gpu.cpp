@@ -3,9 +3,11 @@
 // gradient, an NVRTC kernel, through ops::); conv + bias + activation fused; activations forward and
 // backward; batch norm (training, inference, backward) and layer norm (forward, backward) with
 // f32 parameters and statistics. One translation unit, since each one that includes cudnn-frontend costs a minute.
+#include "bn_switch.hpp"
 #include "parity.hpp"
 #include "scoped_env.hpp"
 
+#include "cutrain/cuda/cudnn/activation.hpp"
 #include "cutrain/cuda/cudnn/conv.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/batch_norm.hpp"
@@ -293,6 +295,7 @@ constexpr double stats_tol = 1e-4;
 
 template <class T>
 void run_batch_norm(const Shape& shape, Layout layout) {
+  const FastBatchNorm cudnn_graphs(false, false);  // cuDNN's graphs (the fast kernels: test_bn_*_fast_gpu.cpp)
   const std::string tag = cutrain::detail::cat("batch_norm ", shape, " ", dtype_of<T>, " ", layout);
   Rng rng(std::hash<std::string>{}(tag));
   const Shape c{shape[1]};

@@ -6,6 +6,7 @@
 #include "cutrain/core/abi.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
 
 #include "cutrain/cpu/activation.hpp"
@@ -43,7 +44,15 @@ void batch_norm_check_channels(std::string_view op, const Tensor<T>& x, const Te
 }
 
 #ifdef CUTRAIN_WITH_CUDA
-// act(batch_norm(x) [+ residual]) on the GPU, in training: one cuDNN graph where cuDNN has an
+// Whether every [C] vector is dense, as the fast kernels want them (else cuDNN's graph runs).
+inline bool dense_vectors(std::initializer_list<const Tensor<float>*> ts) {
+  for (const Tensor<float>* t : ts)
+    if (!t->is_contiguous()) return false;
+  return true;
+}
+
+// act(batch_norm(x) [+ residual]) on the GPU, in training: cutrain's fast kernels for dense NCHW
+// and [N, C] tensors (cuda/kernels/batch_norm_train.hpp); else one cuDNN graph where cuDNN has an
 // engine for it; else batch norm (cuDNN's node, or cutrain's kernel for odd C) with the
 // activation fused when there is no residual, then the add and the activation as cutrain's ops.
 // The running statistics are updated in place.
@@ -60,6 +69,14 @@ BatchNormForward<T, float> gpu_batch_norm_forward_training(const Tensor<T>& x, c
   const auto xa = detail::aligned16(x);  // cuDNN refuses misaligned pointers (a slice's view)
   const bool has_residual = residual.defined();
   const Tensor<T> ra = has_residual ? detail::contiguous_aligned(residual, r.y.layout()) : Tensor<T>{};
+  // cutrain's kernels first where they are the faster (dense NCHW and [N, C]): the running
+  // statistics updated in place.
+  const bool dense = detail::dense_vectors({&gamma, &beta, &running_mean, &running_var});
+  if (cuda::kernels::fast_batch_norm_forward() && dense && cuda::kernels::forward_prefers_fast(xa) &&
+      cuda::kernels::batch_norm_act_forward_fast(xa, gamma, beta, running_mean, running_var, p, act,
+                                                 has_residual ? &ra : nullptr, r.y, r.save_mean, r.save_inv_std,
+                                                 running_mean, running_var))
+    return r;
   bool fused = cuda::cudnn::batch_norm_forward_training(xa, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
                                                         r.save_inv_std, next_mean, next_var, act,
                                                         has_residual ? &ra : nullptr);
@@ -161,7 +178,7 @@ NormBackward<T, S> batch_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, 
         NormBackward<T, S> r{detail::device_output<T>(x.shape(), dy), Tensor<S>(c, {.device = dev}),
                              Tensor<S>(c, {.device = dev})};
         const auto xa = detail::aligned16(x), dya = detail::aligned16(dy);
-        if (cuda::kernels::fast_batch_norm_backward() &&
+        if (cuda::kernels::fast_batch_norm_backward() && detail::dense_vectors({&gamma, &mean, &inv_std}) &&
             cuda::kernels::batch_norm_act_backward_fast(xa, Tensor<T>{}, dya, gamma, mean, inv_std, false, r.dx,
                                                         r.dgamma, r.dbeta, nullptr))
           return r;
@@ -241,7 +258,7 @@ BatchNormActBackward<T, S> batch_norm_act_backward(const Tensor<T>& x, const Ten
         if (want_dresidual) r.dresidual = detail::device_output<T>(x.shape(), dy);
         // The NVRTC kernels first (faster than cuDNN's graph in the ResNet-18 and Fashion-MNIST
         // profiles: docs/kernels.md), cuDNN where they do not take the layout.
-        if (cuda::kernels::fast_batch_norm_backward() &&
+        if (cuda::kernels::fast_batch_norm_backward() && detail::dense_vectors({&gamma, &mean, &inv_std}) &&
             cuda::kernels::batch_norm_act_backward_fast(xa, ya, dya, gamma, mean, inv_std,
                                                         act.kind == Activation::relu, r.dx, r.dgamma, r.dbeta,
                                                         want_dresidual ? &r.dresidual : nullptr))

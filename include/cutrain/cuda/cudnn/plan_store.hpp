@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -44,6 +45,16 @@ struct BuildStats {
 inline BuildStats& build_stats() {
   static BuildStats s;
   return s;
+}
+
+// CUTRAIN_PLAN_LOG=1: each graph build (or plan file or warm-start load) is printed to stderr with
+// its wall time and where the plan came from: where a cold start spends its time.
+inline bool plan_log_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("CUTRAIN_PLAN_LOG");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return on;
 }
 
 // Calls that ran cutrain's own NVRTC kernel because cuDNN could not build the op's graph (no
@@ -91,9 +102,13 @@ class PlanStore {
     const std::string full = cutrain::detail::cat(device, "|", text);
     require_not_capturing("cuda::cudnn", "building the cuDNN graph " + text);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto keep = [&](BuiltGraph&& bg) -> BuiltGraph& {
+    const auto keep = [&](BuiltGraph&& bg, const char* source) -> BuiltGraph& {
+      const std::int64_t us = cutrain::cuda::detail::micros_since(t0);
       build_stats().graphs += 1;
-      build_stats().micros += cutrain::cuda::detail::micros_since(t0);
+      build_stats().micros += us;
+      if (plan_log_enabled())
+        std::fprintf(stderr, "cutrain: cuDNN graph %8.1f ms (%s) %s\n", static_cast<double>(us) / 1e3, source,
+                     text.c_str());
       bg.text = text;
       return built_.insert_or_assign(key, std::move(bg)).first->second;
     };
@@ -101,7 +116,7 @@ class PlanStore {
       if (auto warm = detail::take_warm(device, full, text, planner)) {  // see "Warm start"
         build_stats().from_files += 1;
         build_stats().warm += 1;
-        return keep(std::move(*warm));
+        return keep(std::move(*warm), "warm start");
       }
       // A plan the autotuner will not choose may come from its file (see "Built plans on disk").
       std::string file_key;
@@ -110,13 +125,13 @@ class PlanStore {
         if (auto loaded = detail::load_plan_file(device, detail::plan_file_name(file_key), full)) {
           build_stats().from_files += 1;
           detail::warm_record(*loaded->record);
-          return keep(std::move(*loaded));
+          return keep(std::move(*loaded), "plan file");
         }
       }
       BuiltGraph bg = make(planner);
       planner.finish(*bg.graph, bg.tensors, bg.plan_index, bg.workspace);
       if (bg.tensors.size() <= VariantPacks::max_pointers) bg.record = record_for(device, text, full, file_key, bg, planner);
-      return keep(std::move(bg));
+      return keep(std::move(bg), planner.tunes() ? "built, tuned" : "built");
     } catch (const CudnnError& e) {
       failed_.insert_or_assign(key, e);
       throw;

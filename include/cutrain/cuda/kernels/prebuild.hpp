@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <memory>
@@ -204,6 +205,23 @@ inline std::size_t prefetch(const std::vector<Program>& programs, int arch, int 
     }
   }
   return jobs->size();
+}
+
+// Points CUTRAIN_KERNEL_SEED at the seed directory that travels with the running program, where
+// it is unset: `kernels` beside the executable or beside its directory (the build's build/kernels
+// for build/examples/NAME). Returns the directory, or an empty path where there is none (or the
+// variable was set). For programs' main(), before their first launch.
+inline std::filesystem::path use_seed_beside_program() {
+  if (std::getenv("CUTRAIN_KERNEL_SEED")) return {};
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  for (const auto& dir : {exe.parent_path() / "kernels", exe.parent_path().parent_path() / "kernels"})
+    if (std::filesystem::is_directory(dir, ec)) {
+      ::setenv("CUTRAIN_KERNEL_SEED", dir.c_str(), 0);
+      return dir;
+    }
+  return {};
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::kernels

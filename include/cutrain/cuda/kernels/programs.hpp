@@ -136,14 +136,15 @@ inline Program activation(std::string_view t) {
 
 // Batch-norm training forward (with a fused activation) and backward, x seen as [N, C, S] with
 // its own strides, one block per channel: where cuDNN has no engine (odd channel counts); and the
-// fast backward of batch norm + relu over dense tensors (reduce, finish, apply). The text is
-// activation.cuh followed by batch_norm_train.cuh.
+// fast forward and backward of batch norm + activation over dense tensors (reduce, finish,
+// apply). The text is activation.cuh followed by batch_norm_train.cuh.
 inline Program batch_norm_train(std::string_view t) {
   return make_program("batch_norm_train", std::string(source::activation) + std::string(source::batch_norm_train),
                       {{"T", t}},
                       {"cutrain_batch_norm_train_forward", "cutrain_batch_norm_train_backward", "cutrain_bn_bwd_reduce_cl",
                        "cutrain_bn_bwd_reduce_cf", "cutrain_bn_bwd_finish", "cutrain_bn_bwd_apply_cl",
-                       "cutrain_bn_bwd_apply_cf"});
+                       "cutrain_bn_bwd_apply_cf", "cutrain_bn_fwd_reduce_cl", "cutrain_bn_fwd_reduce_cf",
+                       "cutrain_bn_fwd_finish", "cutrain_bn_fwd_apply_cl", "cutrain_bn_fwd_apply_cf"});
 }
 
 // Strided copy (the host passes core/storage.hpp's StridedCopy::Dims as cutrain_copy_args):
