@@ -197,6 +197,11 @@ int main(int argc, char** argv) {
       // then the NVRTC kernels this precision can launch that neither the cache nor the seed has,
       // compiled on background threads while the data loads (CUTRAIN_KERNEL_PREFETCH=0: off).
       (void)cuda::kernels::use_seed_beside_program();
+      // The speed run counts from process start: batch norm's NHWC forward on cutrain's kernels
+      // (no cuDNN runtime compile on a fresh machine: 1.9 s there, for 2% of steady throughput),
+      // unless CUTRAIN_BN_FORWARD says otherwise.
+      if (args.recipe == "fast" && !std::getenv("CUTRAIN_BN_FORWARD"))
+        cuda::kernels::fast_batch_norm_forward_channels_last() = true;
       cuda::kernels::prefetch(cuda::kernels::programs_for(args.precision == nn::Precision::bf16  ? "cutrain_bf16"
                                                           : args.precision == nn::Precision::f16 ? "cutrain_f16"
                                                                                                  : "float"),

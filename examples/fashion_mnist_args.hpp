@@ -2,7 +2,8 @@
 //   --recipe default  the reference recipe (AdamW, one-cycle, batch 128, 1 epoch unless --epochs)
 //   --recipe fast     the speed run (docs/performance.md): width 2, batch 256, 30 epochs, max lr 4e-3,
 //                     crop+flip, label smoothing 0.1, bf16 with CUDA graphs, channels-last, an EMA of the weights
-//                     (decay 0.99) evaluated with test-time flips, timed to 94.0% test accuracy
+//                     (decay 0.99) evaluated with test-time flips, timed to 94.0% test accuracy; batch norm's
+//                     NHWC forward on cutrain's kernels (CUTRAIN_BN_FORWARD=fast, docs/kernels.md)
 // Flags given on the command line override the recipe's values, wherever they stand.
 #pragma once
 

@@ -162,11 +162,22 @@ inline std::atomic<bool>& fast_batch_norm_backward() {
 }
 
 // The same for the forward in training (CUTRAIN_BN_FORWARD=cudnn: cuDNN's graph first). ops::
-// takes the fast forward only where it measured faster (forward_prefers_fast).
+// takes the fast forward only where forward_prefers_fast says.
 inline std::atomic<bool>& fast_batch_norm_forward() {
   static std::atomic<bool> on{[] {
     const char* e = std::getenv("CUTRAIN_BN_FORWARD");
     return !(e && std::string_view(e) == "cudnn");
+  }()};
+  return on;
+}
+
+// Whether ops:: runs the fast forward on channels-last images too (CUTRAIN_BN_FORWARD=fast at
+// start, or set it). Off by default: there cuDNN's graph is the faster once built. On spares a
+// fresh machine cuDNN's runtime compile of each NHWC norm graph (0.4-1 s each on an H100).
+inline std::atomic<bool>& fast_batch_norm_forward_channels_last() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("CUTRAIN_BN_FORWARD");
+    return e && std::string_view(e) == "fast";
   }()};
   return on;
 }
@@ -196,12 +207,14 @@ BnGrid bn_grid(const BnDense& form, long long C, int dev) {
 }
 }  // namespace detail
 
-// Whether ops:: runs the fast forward on x before cuDNN's graph: NCHW planes and [N, C] rows, not
-// channels-last images. There cuDNN's graph reads x once where the fast forward reads it twice:
-// 0.030 against 0.039 ms a call in the ResNet-18 step (bf16 NHWC, H100).
+// Whether ops:: runs the fast forward on x before cuDNN's graph: NCHW planes and [N, C] rows, and
+// channels-last images only with fast_batch_norm_forward_channels_last(). There cuDNN's graph reads
+// x once where the fast forward reads it twice: 0.030 against 0.039 ms a call in the ResNet-18
+// step (bf16 NHWC, H100).
 template <class T>
 bool forward_prefers_fast(const Tensor<T>& x) {
-  return !(x.rank() == 4 && x.dim(2) * x.dim(3) > 1 && x.layout() == Layout::nhwc);
+  return fast_batch_norm_forward_channels_last() ||
+         !(x.rank() == 4 && x.dim(2) * x.dim(3) > 1 && x.layout() == Layout::nhwc);
 }
 
 // y = act(batch_norm(x) + *residual) in training (residual null: none), in three kernels
