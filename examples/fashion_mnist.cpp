@@ -191,12 +191,13 @@ int main(int argc, char** argv) {
       cuda::autotune::set_options(o);
     }
     if (!dev.is_cpu()) {
+      // The build's seed directory (build/kernels) where CUTRAIN_KERNEL_SEED does not name one:
+      // set before any thread starts (setenv beside another thread's getenv is a race).
+      (void)cuda::kernels::use_seed_beside_program();
       cuda::warm_start(cutrain::detail::cat("fashion_mnist-", nn::to_string(args.precision), "-", args.autotune,
                                             args.deterministic ? "-deterministic" : ""));
-      // The build's seed directory (build/kernels) where CUTRAIN_KERNEL_SEED does not name one;
-      // then the NVRTC kernels this precision can launch that neither the cache nor the seed has,
+      // The NVRTC kernels this precision can launch that neither the cache nor the seed has,
       // compiled on background threads while the data loads (CUTRAIN_KERNEL_PREFETCH=0: off).
-      (void)cuda::kernels::use_seed_beside_program();
       // The speed run counts from process start: batch norm's NHWC forward on cutrain's kernels
       // (no cuDNN runtime compile on a fresh machine: 1.9 s there, for 2% of steady throughput),
       // unless CUTRAIN_BN_FORWARD says otherwise.

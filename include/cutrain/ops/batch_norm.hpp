@@ -75,8 +75,11 @@ BatchNormForward<T, float> gpu_batch_norm_forward_training(const Tensor<T>& x, c
   if (cuda::kernels::fast_batch_norm_forward() && dense && cuda::kernels::forward_prefers_fast(xa) &&
       cuda::kernels::batch_norm_act_forward_fast(xa, gamma, beta, running_mean, running_var, p, act,
                                                  has_residual ? &ra : nullptr, r.y, r.save_mean, r.save_inv_std,
-                                                 running_mean, running_var))
+                                                 running_mean, running_var)) {
+    running_mean.bump_version();  // written in place, as copy_from below would mark them
+    running_var.bump_version();
     return r;
+  }
   bool fused = cuda::cudnn::batch_norm_forward_training(xa, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
                                                         r.save_inv_std, next_mean, next_var, act,
                                                         has_residual ? &ra : nullptr);

@@ -1,10 +1,9 @@
-// Batch-norm training forward (with an optional fused activation) and backward on the GPU as
-// NVRTC kernels (batch_norm_train.cuh): the path that runs where cuDNN's graph API has no engine
-// (any odd channel count on the H200: cuda/cudnn/norm.hpp tries cuDNN first and remembers a
-// signature it cannot build). Semantics of cpu/batch_norm.hpp; f32 sums per channel in a fixed
-// order. One block per channel, so it is slow for few channels over many elements: a fallback,
-// not the fast path. x, dy, y and dx are [N, C] or [N, C, H, W] with any strides whose h and w
-// merge (else they are staged); the [C] vectors are dense f32.
+// Batch-norm training forward and backward on the GPU as NVRTC kernels (batch_norm_train.cuh).
+// batch_norm_train_forward / _backward: one block per channel, any strides whose h and w merge
+// (else staged): the fallback where cuDNN's graph API has no engine (odd channel counts on the
+// H200). batch_norm_act_forward_fast / batch_norm_act_backward_fast: reduce, finish and apply
+// kernels over dense tensors, which ops:: tries first (below). Semantics of cpu/batch_norm.hpp;
+// f32 sums in a fixed order; the [C] vectors are dense f32. The outputs must not alias the inputs.
 #pragma once
 
 #include "cutrain/core/abi.hpp"

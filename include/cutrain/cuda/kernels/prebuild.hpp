@@ -210,7 +210,8 @@ inline std::size_t prefetch(const std::vector<Program>& programs, int arch, int 
 // Points CUTRAIN_KERNEL_SEED at the seed directory that travels with the running program, where
 // it is unset: `kernels` beside the executable or beside its directory (the build's build/kernels
 // for build/examples/NAME). Returns the directory, or an empty path where there is none (or the
-// variable was set). For programs' main(), before their first launch.
+// variable was set). For programs' main(), before their first launch and before any thread that
+// may read the environment starts (cuda::warm_start's, prefetch's): setenv is not thread-safe.
 inline std::filesystem::path use_seed_beside_program() {
   if (std::getenv("CUTRAIN_KERNEL_SEED")) return {};
   std::error_code ec;
