@@ -65,7 +65,6 @@ BatchNormForward<T, float> gpu_batch_norm_forward_training(const Tensor<T>& x, c
   const Shape c{x.dim(1)};
   BatchNormForward<T, float> r{detail::device_output<T>(x.shape(), x), Tensor<float>(c, {.device = dev}),
                                Tensor<float>(c, {.device = dev})};
-  Tensor<float> next_mean(c, {.device = dev}), next_var(c, {.device = dev});
   const auto xa = detail::aligned16(x);  // cuDNN refuses misaligned pointers (a slice's view)
   const bool has_residual = residual.defined();
   const Tensor<T> ra = has_residual ? detail::contiguous_aligned(residual, r.y.layout()) : Tensor<T>{};
@@ -80,6 +79,7 @@ BatchNormForward<T, float> gpu_batch_norm_forward_training(const Tensor<T>& x, c
     running_var.bump_version();
     return r;
   }
+  Tensor<float> next_mean(c, {.device = dev}), next_var(c, {.device = dev});  // cuDNN's outputs, copied in below
   bool fused = cuda::cudnn::batch_norm_forward_training(xa, gamma, beta, running_mean, running_var, p, r.y, r.save_mean,
                                                         r.save_inv_std, next_mean, next_var, act,
                                                         has_residual ? &ra : nullptr);
