@@ -13,7 +13,7 @@
 // time in both precisions) and cutrain's profile (profile::Session) of 20 eager batch-N calls of
 // the bf16 and e4m3 engines, N the largest batch.
 //
-//   bench_deploy_gpu [--batches 1,32,256]
+//   bench_deploy_gpu [--batches 1,32,256] [--model resnet|gpt]
 //
 // Exits 77 without a GPU.
 #include <algorithm>
@@ -34,6 +34,7 @@
 #include "cutrain/deploy/engine.hpp"
 #include "cutrain/deploy/engine_file.hpp"
 #include "cutrain/deploy/engine_fp8.hpp"
+#include "cutrain/deploy/engine_gpt.hpp"
 #include "cutrain/nn.hpp"
 
 using namespace cutrain;
@@ -63,16 +64,53 @@ double median_ms(F&& call) {
 }
 }  // namespace
 
+// --model gpt: nn::GPT as examples/char_gpt trains it (vocab 65, context 256, dim 384, 6 heads,
+// 6 layers; random weights, f32 parameters), tokens [N, 256]: the model's own eval forward in bf16
+// (autograd off), the bf16 engine (deploy::compile of the GPT, engine_gpt.hpp) eager and with
+// cuda_graph; timed as above.
+int run_gpt(const std::vector<std::int64_t>& batches) {
+  const std::int64_t largest = *std::max_element(batches.begin(), batches.end()), s = 256;
+  nn::GPT<float> gpt({.vocab = 65, .context = s, .dim = 384, .heads = 6, .layers = 6});
+  gpt.to(Device::cuda(0));
+  gpt.eval();
+  const deploy::CompileOptions eager_o{.device = Device::cuda(0)};
+  auto graph_o = eager_o;
+  graph_o.cuda_graph = true;
+  const auto eager = deploy::compile<bfloat16>(gpt, Shape{largest, s}, eager_o);
+  const auto graphed = deploy::compile<bfloat16>(gpt, Shape{largest, s}, graph_o);
+  Rng data(1);
+  std::printf("{\"model\": \"gpt\", \"dtype\": \"bf16\", \"context\": %lld, \"rows\": [", static_cast<long long>(s));
+  for (std::size_t k = 0; k < batches.size(); ++k) {
+    const std::int64_t n = batches[k];
+    std::vector<std::int32_t> t(static_cast<std::size_t>(n * s));
+    for (auto& v : t) v = static_cast<std::int32_t>(data.uniform() * 65) % 65;
+    const auto tokens = Tensor<std::int32_t>::from_vector(t, Shape{n, s}).to(Device::cuda(0));
+    autograd::NoGradGuard off;
+    const double m = median_ms([&] { (void)gpt.operator()<bfloat16>(tokens); });
+    const double e = median_ms([&] { (void)eager(tokens); });
+    const double g = median_ms([&] { (void)graphed(tokens); });
+    std::printf("%s\n {\"batch\": %lld, \"model_ms\": %.4f, \"engine_ms\": %.4f, \"engine_graph_ms\": %.4f}",
+                k ? "," : "", static_cast<long long>(n), m, e, g);
+  }
+  std::printf("\n], \"activations\": {\"planned_bytes\": %lld, \"all_bytes\": %lld}}\n",
+              static_cast<long long>(eager.body().memory().arena), static_cast<long long>(eager.body().memory().total));
+  std::fputs(graphed.report().c_str(), stderr);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::vector<std::int64_t> batches{1, 32, 256};
+  bool gpt = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--batches" && i + 1 < argc) {
       batches.clear();
       std::stringstream ss(argv[++i]);
       for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::atoll(b.c_str()));
+    } else if (a == "--model" && i + 1 < argc && (std::string(argv[i + 1]) == "gpt" || std::string(argv[i + 1]) == "resnet")) {
+      gpt = std::string(argv[++i]) == "gpt";
     } else {
-      std::cerr << "usage: bench_deploy_gpu [--batches 1,32,256]\n";
+      std::cerr << "usage: bench_deploy_gpu [--batches 1,32,256] [--model resnet|gpt]\n";
       return 2;
     }
   }
@@ -81,6 +119,7 @@ int main(int argc, char** argv) {
       std::puts("bench_deploy_gpu: SKIPPED (no CUDA device)");
       return 77;
     }
+    if (gpt) return run_gpt(batches);
     const std::int64_t largest = *std::max_element(batches.begin(), batches.end());
     Rng init(0), data(1);
     auto net = nn::resnet18_cifar<float>(init);

@@ -8,7 +8,10 @@ copied in, output cloned out, as cutrain's engine does); with --compile, torch.c
 default mode, then the same CUDA graph around it). CUDA events around one call,
 median of 30 after 10 warm-up calls.
 
-  bench/torch_deploy.py [--batches 1,32,256] [--compile] [--cutrain bench_deploy_gpu.json]
+--model gpt: bench/torch_char_gpt.py's CharGPT (vocab 65, context 256, dim 384, 6 heads, 6 layers,
+random weights) in bf16, its logits for tokens [N, 256], as bench_deploy_gpu --model gpt.
+
+  bench/torch_deploy.py [--batches 1,32,256] [--compile] [--model resnet|gpt] [--cutrain bench_deploy_gpu.json]
 
 With --cutrain (bench_deploy_gpu's output) it prints cutrain / PyTorch's best per batch.
 """
@@ -22,6 +25,17 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from torch_resnet18_weights import resnet18_cifar  # noqa: E402
 from torch_train import median_step_ms as median_ms  # noqa: E402
+from torch_char_gpt import CharGPT  # noqa: E402
+
+
+def gpt_logits(m):
+    """CharGPT's logits [N·S, vocab] for tokens [N, S] (its forward gives the loss)."""
+    def f(x):
+        h = m.wte(x) + m.wpe[: x.shape[1]]
+        for blk in m.blocks:
+            h = blk(h)
+        return torch.nn.functional.linear(m.ln_f(h), m.wte.weight).view(-1, m.wte.weight.shape[0])
+    return f
 
 
 def graphed(fn, x):
@@ -48,16 +62,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", default="1,32,256")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--model", default="resnet", choices=["resnet", "gpt"])
     ap.add_argument("--cutrain", type=pathlib.Path)
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
-    net = resnet18_cifar().cuda().to(torch.bfloat16).to(memory_format=torch.channels_last).eval()
+    if a.model == "gpt":
+        net = gpt_logits(CharGPT(65, 256, 384, 6, 6).cuda().to(torch.bfloat16).eval())
+    else:
+        net = resnet18_cifar().cuda().to(torch.bfloat16).to(memory_format=torch.channels_last).eval()
     compiled = torch.compile(net) if a.compile else None
     rows = []
     with torch.inference_mode():
         for n in (int(b) for b in a.batches.split(",")):
-            x = torch.randn(n, 3, 32, 32, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
+            if a.model == "gpt":
+                x = torch.randint(0, 65, (n, 256), device="cuda")
+            else:
+                x = torch.randn(n, 3, 32, 32, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
             r = {"batch": n, "eager_ms": median_ms(lambda: net(x))}
             g = graphed(net, x)
             r["graph_ms"] = median_ms(lambda: g(x))
@@ -68,7 +89,19 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
-    if a.cutrain:
+    if a.cutrain and a.model == "gpt":
+        ours = {r["batch"]: r for r in json.loads(a.cutrain.read_text())["rows"]}
+        print("| batch | cutrain model | engine | engine + CUDA graph | PyTorch eager | PyTorch CUDA graph | "
+              "torch.compile + CUDA graph | PyTorch best | engine graph / best |")
+        for r in rows:
+            c = ours.get(r["batch"])
+            if not c:
+                continue
+            best = min(v for k, v in r.items() if k.endswith("_ms"))
+            cg = r.get("compile_graph_ms", float("nan"))
+            print(f"| {r['batch']} | {c['model_ms']:.4f} | {c['engine_ms']:.4f} | {c['engine_graph_ms']:.4f} | "
+                  f"{r['eager_ms']:.4f} | {r['graph_ms']:.4f} | {cg:.4f} | {best:.4f} | {c['engine_graph_ms'] / best:.2f} |")
+    elif a.cutrain:
         ours = {r["batch"]: r for r in json.loads(a.cutrain.read_text())["rows"]}
         print("| batch | cutrain engine | engine + CUDA graph | e4m3 engine + CUDA graph | PyTorch eager | "
               "PyTorch CUDA graph | PyTorch best | engine graph / best | e4m3 graph / best |")

@@ -1,6 +1,7 @@
 // randomize(net, rng): random weights, batch-norm affine parameters and running statistics
 // (variances in [0.5, 2]) for tests of a trained model's transformations (batch-norm folding);
-// small_resnet(rng, blocks): a randomized ResNet of a stem and one or two residual blocks.
+// small_resnet(rng, blocks): a randomized ResNet of a stem and one or two residual blocks;
+// norm_mlp, norm_cnn and token_transformer: models of the engine's other steps.
 #pragma once
 
 #include <string>
@@ -13,6 +14,7 @@
 #include "cutrain/nn/residual.hpp"
 #include "cutrain/nn/rms_norm.hpp"
 #include "cutrain/nn/sequential.hpp"
+#include "cutrain/nn/transformer.hpp"
 
 namespace cutrain::test {
 
@@ -62,6 +64,22 @@ inline nn::Sequential<double> norm_cnn(Rng& rng) {
                              nn::Softmax{.axis = 1},
                              nn::Flatten{},
                              nn::Linear<double>({.in = 5 * 36, .out = 3}, rng)};
+  randomize(net, rng);
+  return net;
+}
+
+// Transformer modules (engine steps in deploy/): a causal pre-norm block of 4 heads, a
+// non-causal one of 2 heads with an MLP of 1.5 dim, a non-causal MultiheadAttention of 4 heads
+// (with dropout, which inference removes), a layer norm, flatten and Linear(seq · dim, 5);
+// randomized. Input tokens [N, seq, dim]; dim a multiple of 4.
+inline nn::Sequential<double> token_transformer(Rng& rng, std::int64_t seq, std::int64_t dim = 16) {
+  nn::Sequential<double> net{
+      nn::TransformerBlock<double>({.dim = dim, .heads = 4, .seed = 1}),
+      nn::TransformerBlock<double>({.dim = dim, .heads = 2, .hidden = dim * 3 / 2, .causal = false, .seed = 2}),
+      nn::MultiheadAttention<double>({.dim = dim, .heads = 4, .causal = false, .dropout = 0.1, .seed = 3}),
+      nn::LayerNorm<double>({.shape = {dim}}),
+      nn::Flatten{},
+      nn::Linear<double>({.in = seq * dim, .out = 5}, rng)};
   randomize(net, rng);
   return net;
 }

@@ -16,6 +16,7 @@
 #include "cutrain/deploy/engine.hpp"  // runs on either device; on the CPU it needs no CUDA
 #include "cutrain/deploy/engine_file.hpp"
 #include "cutrain/deploy/engine_fp8.hpp"
+#include "cutrain/deploy/engine_gpt.hpp"
 #include "cutrain/deploy/onnx.hpp"  // brings nn/: the export reads modules, and needs no CUDA
 #include "cutrain/dist/buckets.hpp"
 #include "cutrain/dist/env.hpp"

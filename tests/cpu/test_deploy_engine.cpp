@@ -10,6 +10,7 @@
 
 #include "cutrain/autograd/engine.hpp"
 #include "cutrain/deploy/engine.hpp"
+#include "cutrain/deploy/engine_gpt.hpp"
 #include "cutrain/nn.hpp"
 #include "random_model.hpp"
 
@@ -180,6 +181,82 @@ TEST_CASE("deploy memory plan: values alive at once never share bytes", "[deploy
   }
 }
 
+TEST_CASE("deploy engine: transformer blocks and attention match the model (f64)", "[deploy]") {
+  Rng rng(35);
+  auto net = token_transformer(rng, 6);
+  const auto engine = deploy::compile<double>(net, Shape{3, 6, 16});
+  const std::string r = engine.report();
+  INFO(r);
+  // Per block: ln1, qkv, attention, proj, add, ln2, fc1 + gelu, fc2, add; then qkv, attention,
+  // proj, layer norm, flatten, linear.
+  REQUIRE(engine.plan().steps.size() == 2 * 9 + 6);
+  CHECK(r.find("attention [3,6,16] (attention 0.attn)") != std::string::npos);
+  CHECK(r.find("linear 1.fc1 + gelu_tanh 1.gelu") != std::string::npos);
+  CHECK(r.find("removed: attention dropout 2") != std::string::npos);
+  auto x = Tensor<double>::uniform(Shape{3, 6, 16}, rng, -1, 1);
+  CHECK(max_diff(engine(x), reference(net, x)) < 1e-10);
+  auto x1 = Tensor<double>::uniform(Shape{1, 6, 16}, rng, -1, 1);  // a smaller batch
+  CHECK(max_diff(engine(x1), reference(net, x1)) < 1e-10);
+  // A causal block: a token's output does not depend on later tokens.
+  nn::Sequential<double> causal{nn::TransformerBlock<double>({.dim = 16, .heads = 4, .seed = 4})};
+  randomize(causal, rng);
+  const auto ce = deploy::compile<double>(causal, Shape{1, 6, 16});
+  auto later = x1.contiguous(Layout::row_major).clone();
+  for (std::int64_t c = 0; c < 16; ++c) later.flat(5 * 16 + c) += 1.0;
+  const auto y0 = ce(x1).contiguous(Layout::row_major), y1 = ce(later).contiguous(Layout::row_major);
+  double first = 0, last = 0;
+  for (std::int64_t i = 0; i < 6 * 16; ++i)
+    (i < 5 * 16 ? first : last) = std::max(i < 5 * 16 ? first : last, std::abs(y0.flat(i) - y1.flat(i)));
+  CHECK(first == 0.0);
+  CHECK(last > 1e-3);
+  // Unfused (fuse = false) the gelu is a step of its own: same values.
+  const auto plain = deploy::compile<double>(net, Shape{3, 6, 16}, {.fuse = false});
+  CHECK(plain.plan().steps.size() == engine.plan().steps.size() + 2);
+  CHECK(max_diff(plain(x), engine(x)) < 1e-12);
+  // Tokens of the wrong width, and a block on a 2-d input, name the module.
+  run_cases({
+      bad<InvalidArgument>("tokens too narrow", "deploy::compile", {"module 0", "TransformerBlock", "[3,6,8]"},
+                           [&] { deploy::compile<double>(net, Shape{3, 6, 8}); }),
+      bad<InvalidArgument>("2-d into a block", "deploy::compile", {"module 0", "TransformerBlock", "3-d"},
+                           [&] { deploy::compile<double>(net, Shape{3, 16}); }),
+  });
+}
+
+TEST_CASE("deploy engine: a GPT over tokens matches the model's logits (f64)", "[deploy]") {
+  Rng rng(36);
+  nn::GPT<double> gpt({.vocab = 11, .context = 8, .dim = 16, .heads = 2, .layers = 2, .attn_dropout = 0.1, .seed = 5});
+  gpt.visit_params("", [&](const std::string&, autograd::Var<double>& p) {
+    p.value().copy_from(Tensor<double>::uniform(p.value().shape(), rng, -0.5, 0.5));
+  });
+  gpt.eval();
+  const auto engine = deploy::compile<double>(gpt, Shape{3, 6});
+  const std::string r = engine.report();
+  INFO(r);
+  CHECK(r.find("embeddings: wte [11,16] (tied to the head), wpe [6,16]") != std::string::npos);
+  CHECK(r.find("removed: attention dropout h.1.attn") != std::string::npos);
+  CHECK(engine.body().plan().steps.size() == 2 * 9 + 2);  // the blocks, ln_f, the head
+  const auto tokens = [&](std::int64_t n) {
+    std::vector<std::int32_t> t(static_cast<std::size_t>(n * 6));
+    for (auto& v : t) v = static_cast<std::int32_t>(rng.uniform() * 11) % 11;
+    return Tensor<std::int32_t>::from_vector(t, Shape{n, 6});
+  };
+  for (const std::int64_t n : {3, 1}) {
+    const auto t = tokens(n);
+    autograd::NoGradGuard off;
+    CHECK(max_diff(engine(t), gpt(t).value().contiguous(Layout::row_major)) < 1e-10);
+  }
+  run_cases({
+      bad<InvalidArgument>("longer than the context", "deploy::compile", {"1 <= S <= context 8", "[2,9]"},
+                           [&] { deploy::compile<double>(gpt, Shape{2, 9}); }),
+      bad<InvalidArgument>("other length", "deploy::GptEngine", {"int32 [n, 6]", "from 1 to 3"},
+                           [&] { engine(Tensor<std::int32_t>::zeros(Shape{2, 5})); }),
+      bad<InvalidArgument>("batch too large", "deploy::GptEngine", {"from 1 to 3"},
+                           [&] { engine(Tensor<std::int32_t>::zeros(Shape{4, 6})); }),
+      bad<InvalidArgument>("token out of range", "index_select", {"11"},
+                           [&] { engine(Tensor<std::int32_t>::full(Shape{1, 6}, 11)); }),
+  });
+}
+
 TEST_CASE("deploy engine: bad models, shapes and options name the reason", "[deploy][bad_input]") {
   Rng rng(34);
   auto net = small_resnet(rng);
@@ -187,7 +264,9 @@ TEST_CASE("deploy engine: bad models, shapes and options name the reason", "[dep
   run_cases({
       bad<InvalidArgument>("empty model", "deploy::compile", {"no modules"},
                            [] { deploy::compile<double>(nn::Sequential<double>{}, Shape{1, 3, 8, 8}); }),
-      bad<InvalidArgument>("3-d example", "deploy::compile", {"4-d [N, C, H, W] or 2-d", "[1,3,8]"},
+      bad<InvalidArgument>("5-d example", "deploy::compile", {"4-d [N, C, H, W], 3-d tokens", "[1,3,8,8,1]"},
+                           [&] { deploy::compile<double>(net, Shape{1, 3, 8, 8, 1}); }),
+      bad<InvalidArgument>("3-d example into a conv", "deploy::compile", {"module 0", "Conv2d", "4-d", "[1,3,8]"},
                            [&] { deploy::compile<double>(net, Shape{1, 3, 8}); }),
       bad<InvalidArgument>("bf16 on the CPU", "deploy::compile", {"bf16 cannot run on cpu"},
                            [&] { deploy::compile<bfloat16>(net, Shape{2, 3, 8, 8}); }),

@@ -1,6 +1,6 @@
 // deploy::save_engine / load_engine on the CPU: a loaded engine has the saved one's plan and
 // report and gives bit-identical outputs on fresh random inputs (f64 and f32, row-major and
-// NHWC, a batch range); a file for another element type, version or device is rejected naming
+// NHWC, a batch range, transformer blocks); a file for another element type, version or device is rejected naming
 // what differs; corrupt files (not an engine, broken JSON, a missing or misshapen weight, a plan
 // whose indices or shapes do not add up) are IoErrors naming the reason.
 #include "bad_input.hpp"
@@ -86,6 +86,21 @@ TEST_CASE("engine file: a loaded engine is the saved one (f64 and f32, row-major
   CHECK(nl.plan().steps[1].eps == 1e-3);
   CHECK(nl.plan().steps[2].eps == 1e-4);
   CHECK(nl.plan().steps[3].axis == 0);
+  // Attention steps keep their heads and causal flag.
+  auto tf = token_transformer(rng, 4);
+  check_round_trip(deploy::compile<double>(tf, Shape{2, 4, 16}, {.min_batch = 1}), dir, rng);
+  const auto tl = deploy::load_engine<double>(dir / "model.engine");
+  CHECK((tl.plan().steps[2].heads == 4 && tl.plan().steps[2].causal));
+  CHECK((tl.plan().steps[11].heads == 2 && !tl.plan().steps[11].causal));
+  {  // a head count that does not divide the width is named
+    auto f = open_file(dir / "model.engine");
+    auto plan = json::parse(f.metadata.at("plan"));
+    plan["steps"][2]["heads"] = 5;
+    f.metadata["plan"] = json::dump(plan, 0);
+    rewrite(dir / "heads.engine", f);
+    run_cases({bad<IoError>("heads", "load_engine", {"step 2", "attention step of 5 heads", "[2,4,48]"},
+                            [&] { deploy::load_engine<double>(dir / "heads.engine"); })});
+  }
   // The file holds the engine's folded weights, not the model's: loading needs no model.
   const auto f = open_file(dir / "model.engine");
   CHECK(f.metadata.at("dtype") == "f64");
@@ -161,7 +176,7 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
       bad<IoError>("not safetensors", "load_engine", {"text.engine"}, [&] { load_engine<double>(not_st); }),
       bad<IoError>("no metadata", "load_engine", {"not a cutrain engine file", "\"format\""},
                    [&] { load_engine<double>(no_meta); }),
-      bad<IoError>("format version", "load_engine", {"version 7 is not cutrain engine version 2"},
+      bad<IoError>("format version", "load_engine", {"version 7 is not cutrain engine version 3"},
                    [&] { load_engine<double>(format); }),
       bad<IoError>("broken JSON", "load_engine", {"\"plan\" is not valid JSON"}, [&] { load_engine<double>(broken); }),
       bad<IoError>("missing weight", "load_engine", {"does not add up", "conv step has no weight"},

@@ -4,7 +4,8 @@
 // With cuda_graph, replays per batch size give the eager engine's values for fresh inputs, from
 // the default stream and from a stream of the caller's. An engine saved and loaded gives the
 // saved one's outputs, and brings the autotuner's choices for its GPU into the tuner's cache.
-// Layer norm, RMS norm and softmax steps (f32 parameters on the GPU) against the CPU engine.
+// Layer norm, RMS norm and softmax steps (f32 parameters on the GPU) against the CPU engine;
+// transformer blocks and attention (f32 and bf16, replayed, saved and loaded), and a GPT engine.
 #include "parity.hpp"
 
 #include <string>
@@ -12,6 +13,7 @@
 #include "cutrain/autograd/engine.hpp"
 #include "cutrain/deploy/engine.hpp"
 #include "cutrain/deploy/engine_file.hpp"
+#include "cutrain/deploy/engine_gpt.hpp"
 #include "cutrain/nn.hpp"
 #include "random_model.hpp"
 #include "temp_dir.hpp"
@@ -69,6 +71,51 @@ TEST_CASE("gpu deploy engine: layer norm, RMS norm and softmax steps match the C
   const auto loaded = deploy::load_engine<bfloat16>(dir / "norms.engine");
   auto [x, xr] = random_pair<bfloat16>(Shape{8, 3, 6, 6}, rng, Layout::row_major);
   check_close("loaded norm engine", loaded(x), cast<double>(engine(x).to(Device::cpu())), 0.0);
+}
+
+TEST_CASE("gpu deploy engine: transformer blocks match the CPU engine; graphs and files keep them", "[gpu][deploy]") {
+  Rng rng(45);
+  // dim 64: heads of 16 and 32, which cuDNN's SDPA takes in bf16 (f32 runs the composed path).
+  auto net = token_transformer(rng, 8, 64);
+  const Shape in{4, 8, 64};
+  check_engine<float>("transformer f32", net, in, Layout::row_major, rng, 1e-3);
+  check_engine<bfloat16>("transformer bf16", net, in, Layout::row_major, rng, 6e-2);
+  // Captured per batch size: the replay gives the eager engine's values.
+  const auto eager = deploy::compile<bfloat16>(net, in, {.device = Device::cuda(0)});
+  const auto graphed = deploy::compile<bfloat16>(net, in, {.device = Device::cuda(0), .cuda_graph = true});
+  for (const std::int64_t batch : {4, 2, 4}) {
+    auto [x, xr] = random_pair<bfloat16>(Shape{batch, 8, 64}, rng, Layout::row_major);
+    check_close("transformer graph replay batch " + std::to_string(batch), graphed(x),
+                cast<double>(eager(x).to(Device::cpu())), 1e-2);
+  }
+  CHECK(graphed.captured().size() == 2);
+  TempDir dir("engine_file_transformer_gpu");
+  deploy::save_engine(eager, dir / "transformer.engine");
+  const auto loaded = deploy::load_engine<bfloat16>(dir / "transformer.engine");
+  CHECK(loaded.report() == eager.report());
+  auto [x, xr] = random_pair<bfloat16>(in, rng, Layout::row_major);
+  check_close("loaded transformer engine", loaded(x), cast<double>(eager(x).to(Device::cpu())), 0.0);
+}
+
+TEST_CASE("gpu deploy engine: a GPT engine matches the CPU engine in f64", "[gpu][deploy]") {
+  Rng rng(46);
+  nn::GPT<double> gpt({.vocab = 37, .context = 16, .dim = 64, .heads = 4, .layers = 2, .seed = 6});
+  gpt.visit_params("", [&](const std::string&, autograd::Var<double>& p) {
+    p.value().copy_from(Tensor<double>::uniform(p.value().shape(), rng, -0.3, 0.3));
+  });
+  const auto cpu = deploy::compile<double>(gpt, Shape{4, 16});
+  std::vector<std::int32_t> t(4 * 16);
+  for (auto& v : t) v = static_cast<std::int32_t>(rng.uniform() * 37) % 37;
+  const auto tokens = Tensor<std::int32_t>::from_vector(t, Shape{4, 16});
+  const auto want = cpu(tokens);
+  const auto f32 = deploy::compile<float>(gpt, Shape{4, 16}, {.device = Device::cuda(0)});
+  check_close("gpt f32", f32(tokens.to(Device::cuda(0))), want, 1e-3);
+  const auto bf16 = deploy::compile<bfloat16>(gpt, Shape{4, 16}, {.device = Device::cuda(0), .cuda_graph = true});
+  INFO(bf16.report());
+  check_close("gpt bf16, captured", bf16(tokens.to(Device::cuda(0))), want, 6e-2);
+  check_close("gpt bf16, replayed", bf16(tokens.to(Device::cuda(0))), want, 6e-2);
+  CHECK(bf16.body().captured().size() == 1);
+  CHECK_THROWS_AS(bf16(tokens), DeviceError);  // tokens on the CPU
 }
 
 TEST_CASE("gpu deploy engine: CUDA-graph replay per batch size matches the eager engine", "[gpu][deploy]") {

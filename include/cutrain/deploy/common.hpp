@@ -31,12 +31,14 @@ inline std::string type_name(const std::type_info& t) {
   return t.name();
 }
 
-// A model with modules, and an example input [N, C, H, W] or [N, features] with no dim <= 0.
+// A model with modules, and an example input [N, C, H, W], tokens [N, S, C] or [N, features]
+// with no dim <= 0.
 template <class T>
 void check_model_input(std::string_view op, const nn::Sequential<T>& model, const Shape& example_shape) {
   CUTRAIN_REQUIRE(model.size() > 0, InvalidArgument, op, "the model has no modules");
-  CUTRAIN_REQUIRE(example_shape.rank() == 4 || example_shape.rank() == 2, InvalidArgument, op,
-                  "example_shape must be 4-d [N, C, H, W] or 2-d [N, features], got ", example_shape);
+  CUTRAIN_REQUIRE(example_shape.rank() >= 2 && example_shape.rank() <= 4, InvalidArgument, op,
+                  "example_shape must be 4-d [N, C, H, W], 3-d tokens [N, S, C] or 2-d [N, features], got ",
+                  example_shape);
   for (auto d : example_shape)
     CUTRAIN_REQUIRE(d > 0, InvalidArgument, op, "example_shape ", example_shape, " has a zero or negative dimension");
 }

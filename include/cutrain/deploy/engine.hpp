@@ -31,6 +31,7 @@
 #include "cutrain/core/fp8.hpp"
 #include "cutrain/deploy/engine_onednn.hpp"
 #include "cutrain/deploy/engine_plan.hpp"
+#include "cutrain/autograd/functions/attention.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/cast.hpp"
@@ -98,6 +99,13 @@ void check_options(std::string_view op, const CompileOptions& o, std::int64_t ma
   CUTRAIN_REQUIRE(!o.cuda_graph || o.device.is_cuda(), InvalidArgument, op, "cuda_graph needs a GPU device, got ",
                   o.device);
 }
+}  // namespace detail
+
+template <class E>
+class Engine;
+namespace detail {
+template <class E, class T>
+Engine<E> engine_from(Plan<T> p, const CompileOptions& o);
 }  // namespace detail
 
 template <class E>
@@ -184,7 +192,7 @@ class Engine {
 
  private:
   template <class F, class T>
-  friend Engine<F> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o);
+  friend Engine<F> detail::engine_from(Plan<T> p, const CompileOptions& o);
   template <class F>
   friend Engine<F> load_engine(const std::filesystem::path& path, std::optional<Device> device);  // engine_file.hpp
   template <class F>
@@ -223,7 +231,7 @@ class Engine {
   template <class Observe = std::nullptr_t>
   Tensor<E> forward(const Tensor<E>& x, const Observe& observe = nullptr) const {
     std::vector<Tensor<E>> v(plan_.shapes.size());
-    v[0] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.view();
+    v[0] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.rank() == 3 ? x.contiguous(Layout::row_major) : x.view();
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
       const auto& s = plan_.steps[i];
       if constexpr (!std::is_same_v<Observe, std::nullptr_t>) observe(i, std::as_const(v));
@@ -339,9 +347,12 @@ class Engine {
           return s.act.kind == Activation::identity ? std::move(y) : ops::activation_forward(y, s.act);
         }
         return ops::conv2d_bias_activation_forward(x, s.w, s.b, s.act, s.conv);
-      case StepKind::linear:
-        return s.act.kind == Activation::identity ? ops::linear_forward(x, s.w, s.b)
-                                                  : ops::linear_activation_forward(x, s.w, s.b, s.act);
+      case StepKind::linear: {  // tokens [B, S, C] as rows [B S, C]
+        const Tensor<E> rows = detail::as_rows(x);
+        return detail::from_rows(s.act.kind == Activation::identity ? ops::linear_forward(rows, s.w, s.b)
+                                                                    : ops::linear_activation_forward(rows, s.w, s.b, s.act),
+                                 x.shape());
+      }
       case StepKind::scale_shift:
         return ops::binary(BinaryOp::add, ops::binary(BinaryOp::mul, x, s.w), s.b);
       case StepKind::activation: return ops::activation_forward(x, s.act);
@@ -359,8 +370,20 @@ class Engine {
           if (x.device().is_cpu()) return ops::rms_norm_forward(x, s.w, s.eps).y;
         return ops::rms_norm_forward(x, s.wf, s.eps).y;
       case StepKind::softmax: return ops::softmax_forward(x, s.axis);
+      case StepKind::attention: return attention(s, x);
     }
     throw Error("deploy::Engine", "unknown step");
+  }
+
+  // qkv [B, S, 3C] (row-major) -> [B, S, C]: q, k and v are views of it, as in
+  // nn::MultiheadAttention; o comes back [B, H, S, D] (on the GPU [B, S, H, D] in memory).
+  static Tensor<E> attention(const Step<E>& s, const Tensor<E>& x) {
+    const std::int64_t b = x.dim(0), n = x.dim(1), c = x.dim(2) / 3;
+    const Tensor<E> qkv = x.contiguous(Layout::row_major).reshape(Shape{b, n, 3, s.heads, c / s.heads});
+    const auto r = ops::scaled_dot_product_attention_forward(autograd::detail::qkv_part(qkv, 0),
+                                                             autograd::detail::qkv_part(qkv, 1),
+                                                             autograd::detail::qkv_part(qkv, 2), {.causal = s.causal});
+    return permute(r.o, {0, 2, 1, 3}).contiguous(Layout::row_major).reshape(Shape{b, n, c});
   }
 
   Plan<E> plan_;
@@ -371,16 +394,11 @@ class Engine {
   std::optional<QuantizeOptions> quantized_;
 };
 
-// Compiles model (read in eval mode: running statistics, no dropout) for inputs of
-// example_shape ([N, C, H, W] or [N, features]; N is the largest batch) on o.device in E.
-// InvalidArgument for an empty model, a bad shape or options; NotImplemented naming the module
-// for one the engine does not compile.
+namespace detail {
+// The lowered plan p rewritten (o.fuse) and its weights put in E on o.device, laid out for it;
+// then the engine, its CPU convolutions' oneDNN tactics tuned.
 template <class E, class T>
-Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o = {}) {
-  using detail::compile_op;
-  detail::check_model_input(compile_op, model, example_shape);
-  detail::check_options<E>(compile_op, o, example_shape[0]);
-  Plan<T> p = lower(model, example_shape);
+Engine<E> engine_from(Plan<T> p, const CompileOptions& o) {
   if (o.fuse) {
     fold_batch_norms(p);
     fuse_residual_adds(p);
@@ -393,7 +411,7 @@ Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, co
       return t.defined() ? cast<E>(t).contiguous(l).to(o.device) : Tensor<E>{};
     };
     Step<E> d{.kind = s.kind, .in = s.in, .in2 = s.in2, .out = s.out, .conv = s.conv, .pool = s.pool, .act = s.act,
-              .eps = s.eps, .axis = s.axis, .module = s.module, .merged = s.merged};
+              .eps = s.eps, .axis = s.axis, .heads = s.heads, .causal = s.causal, .module = s.module, .merged = s.merged};
     d.w = put(s.w, s.kind == StepKind::conv ? o.layout : Layout::row_major);
     d.b = put(s.b, Layout::row_major);
     if ((s.kind == StepKind::layer_norm || s.kind == StepKind::rms_norm) && !o.device.is_cpu()) {
@@ -415,6 +433,19 @@ Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, co
   Engine<E> engine(std::move(plan), o);
   engine.onednn_.tune(engine.plan_, o.layout);  // each CPU convolution's oneDNN tactic, timed here
   return engine;
+}
+}  // namespace detail
+
+// Compiles model (read in eval mode: running statistics, no dropout) for inputs of
+// example_shape ([N, C, H, W], tokens [N, S, C] or [N, features]; N is the largest batch) on
+// o.device in E. InvalidArgument for an empty model, a bad shape or options; NotImplemented
+// naming the module for one the engine does not compile.
+template <class E, class T>
+Engine<E> compile(const nn::Sequential<T>& model, const Shape& example_shape, const CompileOptions& o = {}) {
+  using detail::compile_op;
+  detail::check_model_input(compile_op, model, example_shape);
+  detail::check_options<E>(compile_op, o, example_shape[0]);
+  return detail::engine_from<E>(lower(model, example_shape), o);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::deploy

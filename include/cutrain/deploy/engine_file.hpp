@@ -42,7 +42,7 @@ namespace cutrain::inline CUTRAIN_ABI::deploy {
 namespace detail {
 
 inline constexpr std::string_view engine_format = "cutrain engine";
-inline constexpr int engine_format_version = 2;  // 2: steps carry eps and axis (norms, softmax)
+inline constexpr int engine_format_version = 3;  // 2: steps carry eps and axis; 3: heads and causal (attention)
 
 // What an engine's plans are valid for, field by field: the library, and on the GPU the card and
 // cuDNN's and cudnn-frontend's versions (the autotuner's environment).
@@ -131,8 +131,8 @@ inline StepKind step_kind(const std::string& s) {
   throw InvalidArgument("load_engine", cutrain::detail::cat("step kind \"", s, "\" is unknown"));
 }
 inline Shape shape_from_json(const json::Value& v) {
-  CUTRAIN_REQUIRE(v.is_array() && (v.size() == 2 || v.size() == 4), InvalidArgument, "load_engine",
-                  "a value's shape is not 2-d or 4-d");
+  CUTRAIN_REQUIRE(v.is_array() && v.size() >= 2 && v.size() <= 4, InvalidArgument, "load_engine",
+                  "a value's shape is not 2-d, 3-d or 4-d");
   std::vector<std::int64_t> d;
   for (const auto& x : v) {
     d.push_back(json::as_int(x));
@@ -153,7 +153,8 @@ Shape step_output(const Step<E>& s, const std::vector<Shape>& shapes) {
     CUTRAIN_REQUIRE(ok, InvalidArgument, "load_engine", why...);
   };
   need(s.kind == StepKind::pool || s.kind == StepKind::activation || s.kind == StepKind::global_avg_pool ||
-           s.kind == StepKind::flatten || s.kind == StepKind::add || s.kind == StepKind::softmax || s.w.defined(),
+           s.kind == StepKind::flatten || s.kind == StepKind::add || s.kind == StepKind::softmax ||
+           s.kind == StepKind::attention || s.w.defined(),
        "a ", to_string(s.kind), " step has no weight");
   need((s.in2 >= 0) == (s.kind == StepKind::add) || s.kind == StepKind::conv, "a ", to_string(s.kind),
        " step has the wrong operand count");
@@ -168,11 +169,18 @@ Shape step_output(const Step<E>& s, const std::vector<Shape>& shapes) {
            s.in2 >= 0 ? shapes[static_cast<std::size_t>(s.in2)] : Shape{}, ", not ", y);
       return y;
     }
-    case StepKind::linear:
-      need(x.rank() == 2 && s.w.rank() == 2 && s.w.dim(1) == x[1], "a linear step's weight ", s.w.shape(),
+    case StepKind::linear: {
+      need(x.rank() >= 2 && s.w.rank() == 2 && s.w.dim(1) == x[x.rank() - 1], "a linear step's weight ", s.w.shape(),
            " does not take ", x);
       need(!s.b.defined() || s.b.shape() == Shape{s.w.dim(0)}, "a linear step's bias is ", s.b.shape());
-      return Shape{x[0], s.w.dim(0)};
+      std::vector<std::int64_t> y = x.dims();
+      y.back() = s.w.dim(0);
+      return Shape(y);
+    }
+    case StepKind::attention:
+      need(x.rank() == 3 && x[2] % 3 == 0 && s.heads > 0 && (x[2] / 3) % s.heads == 0, "an attention step of ", s.heads,
+           " heads does not take ", x);
+      return Shape{x[0], x[1], x[2] / 3};
     case StepKind::scale_shift: {
       const Shape c = x.rank() == 4 ? Shape{1, x[1], 1, 1} : Shape{1, x[1]};
       need(s.w.shape() == c && s.b.defined() && s.b.shape() == c, "a scale_shift step's scale is ", s.w.shape(),
@@ -225,6 +233,8 @@ void save_engine(const Engine<E>& engine, const std::filesystem::path& path) {
                                          {"alpha", s.act.alpha},
                                          {"eps", s.eps},
                                          {"axis", s.axis},
+                                         {"heads", s.heads},
+                                         {"causal", s.causal},
                                          {"module", s.module},
                                          {"merged", s.merged}});
     if (const std::string t = engine.cpu_tactic(i); !t.empty()) j["cpu_tactic"] = t;
@@ -373,6 +383,8 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
                             .alpha = json::as_double(json::at(j, "alpha"))},
                     .eps = json::as_double(json::at(j, "eps")),
                     .axis = detail::int_in(json::at(j, "axis"), -1, 7, "axis"),
+                    .heads = json::as_int(json::at(j, "heads")),
+                    .causal = json::as_bool(json::at(j, "causal")),
                     .module = json::as_string(json::at(j, "module"))};
         for (const auto& m : json::as_array(json::at(j, "merged"))) s.merged.push_back(json::as_string(m));
         const auto ready = [&](int v) { return v >= 0 && written[static_cast<std::size_t>(v)]; };

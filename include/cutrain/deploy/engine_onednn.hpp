@@ -100,7 +100,7 @@ class OnednnSteps {
       }
       if (linear_[i]) {
         profile::OpScope timed("linear_activation_forward (oneDNN)", x.device());
-        Tensor<E> y = linear_[i]->forward(x);
+        Tensor<E> y = detail::from_rows(linear_[i]->forward(detail::as_rows(x)), x.shape());
         return linear_[i]->fuses_activation() ? std::move(y) : ops::activation_forward(y, s.act);
       }
       if (pool_[i]) {

@@ -27,20 +27,23 @@
 #include "cutrain/nn/residual.hpp"
 #include "cutrain/nn/rms_norm.hpp"
 #include "cutrain/nn/sequential.hpp"
+#include "cutrain/nn/transformer.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::deploy {
 
 // conv: act(conv(in, w) + b (+ in2)); linear: act(in w^T + b); scale_shift: in * w + b per
 // channel (a batch norm that had no convolution to fold into); add: in + in2; layer_norm and
-// rms_norm over in's trailing dims w.shape() (w: gamma, b: beta), eps; softmax along axis.
+// rms_norm over in's trailing dims w.shape() (w: gamma, b: beta), eps; softmax along axis;
+// attention: self-attention of a fused projection's output in [B, S, 3C] (q, k, v of `heads`
+// heads, causal or not) to [B, S, C]. A linear step takes any rank >= 2 (features last).
 enum class StepKind : std::uint8_t {
-  conv, linear, scale_shift, activation, pool, global_avg_pool, flatten, add, layer_norm, rms_norm, softmax
+  conv, linear, scale_shift, activation, pool, global_avg_pool, flatten, add, layer_norm, rms_norm, softmax, attention
 };
-inline constexpr StepKind last_step_kind = StepKind::softmax;
+inline constexpr StepKind last_step_kind = StepKind::attention;
 
 inline const char* to_string(StepKind k) {
   constexpr const char* names[] = {"conv",    "linear", "scale_shift", "activation", "pool",   "global_avg_pool",
-                                   "flatten", "add",    "layer_norm",  "rms_norm",   "softmax"};
+                                   "flatten", "add",    "layer_norm",  "rms_norm",   "softmax", "attention"};
   return names[static_cast<int>(k)];
 }
 
@@ -54,6 +57,8 @@ struct Step {
   Tensor<T> w{}, b{};                 // host, contiguous: weights and bias (scale_shift: scale and shift [C])
   double eps = 0;                     // layer_norm, rms_norm
   int axis = -1;                      // softmax
+  std::int64_t heads = 0;             // attention
+  bool causal = false;                // attention
   Tensor<float> wf{}, bf{};           // layer_norm, rms_norm on the GPU: w and b in f32 (cuDNN's norms take f32 parameters)
   std::string module{};               // the module it came from: "3", "3.conv1"
   std::vector<std::string> merged{};  // what was fused into it: "batch_norm 3.bn1 (folded)", "add", "relu"
@@ -87,6 +92,22 @@ Tensor<T> host_copy(const Tensor<T>& t) {
   return t.to(Device::cpu()).contiguous(Layout::row_major);
 }
 
+// t [..., k] as the rows [numel / k, k] a linear layer takes (a view where t is row-major), and
+// a linear layer's rows y of input x back to x's leading dims.
+template <class T>
+Tensor<T> as_rows(const Tensor<T>& t) {
+  if (t.rank() == 2) return t.view();
+  const std::int64_t k = t.dim(t.rank() - 1);
+  return t.contiguous(Layout::row_major).reshape(Shape{t.numel() / k, k});
+}
+template <class T>
+Tensor<T> from_rows(Tensor<T> y, const Shape& x) {
+  if (x.rank() == 2) return y;
+  std::vector<std::int64_t> d = x.dims();
+  d.back() = y.dim(1);
+  return y.reshape(Shape(d));
+}
+
 // Lowers one Sequential<T> into steps, tracking shapes as it goes (the ONNX export's walk).
 template <class T>
 class PlanLowering {
@@ -96,6 +117,18 @@ class PlanLowering {
   int sequential(const nn::Sequential<T>& m, int x) {
     for (std::size_t i = 0; i < m.size(); ++i) x = module(m, i, x);
     return x;
+  }
+
+  // nn::GPT after its embeddings: x [B, S, C] -> the blocks, ln_f, the head tied to wte (no
+  // bias) -> logits [B, S, vocab]. Modules named as GPT's parameters are ("h.0", "ln_f").
+  int gpt_body(const nn::GPT<T>& g, int x) {
+    for (std::size_t i = 0; i < g.blocks.size(); ++i) x = transformer(g.blocks[i], x, "h." + std::to_string(i));
+    x = norm(StepKind::layer_norm, g.ln_f.weight.value(), &g.ln_f.bias.value(), g.ln_f.options().eps, x, "ln_f",
+             "LayerNorm");
+    std::vector<std::int64_t> out = shape(x).dims();
+    out.back() = g.options().vocab;
+    return push({.kind = StepKind::linear, .in = x, .w = host_copy(g.wte.weight.value()), .module = "head (wte)"},
+                Shape(out));
   }
 
  private:
@@ -117,6 +150,8 @@ class PlanLowering {
     if (const auto* b = m.template get_if<nn::BatchNorm2d<T>>(i)) return batch_norm(*b, x, n);
     if (const auto* l = m.template get_if<nn::Linear<T>>(i)) return linear(*l, x, n);
     if (const auto* r = m.template get_if<nn::ResidualBlock<T>>(i)) return residual(*r, x, n);
+    if (const auto* a = m.template get_if<nn::MultiheadAttention<T>>(i)) return attention(*a, x, n);
+    if (const auto* b = m.template get_if<nn::TransformerBlock<T>>(i)) return transformer(*b, x, n);
     if (m.template get_if<nn::ReLU>(i)) return activation({.kind = Activation::relu}, x, n);
     if (const auto* a = m.template get_if<nn::Activation>(i)) return activation(a->params, x, n);
     if (const auto* mp = m.template get_if<nn::MaxPool2d>(i)) return pool(mp->params, x, n);
@@ -179,13 +214,46 @@ class PlanLowering {
     return push(std::move(st), xs);
   }
 
+  // [..., in] -> [..., out]: a [N, in] input, or tokens [B, S, in] inside a transformer module.
   int linear(const nn::Linear<T>& l, int x, const std::string& n) {
     const std::int64_t in_f = l.options().in, out_f = l.options().out;
-    CUTRAIN_REQUIRE(shape(x).rank() == 2 && shape(x)[1] == in_f, InvalidArgument, compile_op, "module ", n, " (Linear ",
-                    in_f, " -> ", out_f, ") needs a [N, ", in_f, "] input, got ", shape(x));
+    const Shape& xs = shape(x);
+    CUTRAIN_REQUIRE(xs.rank() >= 2 && xs[xs.rank() - 1] == in_f, InvalidArgument, compile_op, "module ", n, " (Linear ",
+                    in_f, " -> ", out_f, ") needs a [N, ", in_f, "] input, got ", xs);
     Step<T> s{.kind = StepKind::linear, .in = x, .w = host_copy(l.weight.value()), .module = n};
     if (l.bias.defined()) s.b = host_copy(l.bias.value());
-    return push(std::move(s), Shape{shape(x)[0], out_f});
+    std::vector<std::int64_t> out = xs.dims();
+    out.back() = out_f;
+    return push(std::move(s), Shape(out));
+  }
+
+  // x [B, S, C] -> proj(attention(qkv(x))): two linear steps around one attention step. The
+  // attention's dropout is removed (inference).
+  int attention(const nn::MultiheadAttention<T>& a, int x, const std::string& n) {
+    const auto& o = a.options();
+    CUTRAIN_REQUIRE(shape(x).rank() == 3 && shape(x)[2] == o.dim, InvalidArgument, compile_op, "module ", n,
+                    " (MultiheadAttention of dim ", o.dim, ") needs tokens [B, S, ", o.dim, "], got ", shape(x));
+    if (o.dropout > 0) p_.removed.push_back("attention dropout " + n);
+    const int qkv = linear(a.qkv, x, n + ".qkv");
+    const int att = push({.kind = StepKind::attention, .in = qkv, .heads = o.heads, .causal = o.causal, .module = n},
+                         shape(x));
+    return linear(a.proj, att, n + ".proj");
+  }
+
+  // Pre-norm: h = x + attn(ln1(x)); h + fc2(gelu_tanh(fc1(ln2(h)))) (the gelu fused into fc1's epilogue).
+  int transformer(const nn::TransformerBlock<T>& b, int x, const std::string& n) {
+    require_rank(x, 3, "TransformerBlock", n);
+    const std::int64_t dim = b.attn.options().dim;
+    CUTRAIN_REQUIRE(shape(x)[2] == dim, InvalidArgument, compile_op, "module ", n, " (TransformerBlock of dim ", dim,
+                    ") needs tokens [B, S, ", dim, "], got ", shape(x));
+    const auto norm_of = [&](const nn::LayerNorm<T>& ln, int v, const std::string& name) {
+      return norm(StepKind::layer_norm, ln.weight.value(), &ln.bias.value(), ln.options().eps, v, name, "LayerNorm");
+    };
+    const int a = attention(b.attn, norm_of(b.ln1, x, n + ".ln1"), n + ".attn");
+    const int h = push({.kind = StepKind::add, .in = a, .in2 = x, .module = n + ".add1"}, shape(x));
+    const int f = activation({.kind = Activation::gelu_tanh}, linear(b.fc1, norm_of(b.ln2, h, n + ".ln2"), n + ".fc1"),
+                             n + ".gelu");
+    return push({.kind = StepKind::add, .in = linear(b.fc2, f, n + ".fc2"), .in2 = h, .module = n + ".add2"}, shape(x));
   }
 
   // layer_norm / rms_norm over x's trailing dims gamma.shape().
