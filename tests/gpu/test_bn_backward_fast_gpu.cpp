@@ -7,7 +7,6 @@
 #include "parity.hpp"
 
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "cutrain/cutrain.hpp"
@@ -18,12 +17,6 @@ using namespace cutrain;
 using namespace cutrain::test;
 
 namespace {
-
-template <class T>
-bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
-  const auto va = a.to(Device::cpu()).contiguous(a.layout()), vb = b.to(Device::cpu()).contiguous(a.layout());
-  return std::memcmp(va.data(), vb.data(), static_cast<std::size_t>(va.numel()) * sizeof(T)) == 0;
-}
 
 template <class T>
 void run_fast(const Shape& shape, Layout layout, bool relu, bool want_dz) {
