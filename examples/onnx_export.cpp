@@ -3,9 +3,10 @@
 // CPU forward of it in eval mode, for tests/onnx_check.py to compare against ONNX Runtime.
 //
 // Also a model of every activation and pool, and one of the norms (layer norm and RMS norm over
-// the last dim and over [C, H, W]) and a softmax, and a small nn::GPT on int32 tokens.
+// the last dim and over [C, H, W]) and a softmax, a Sequential of transformer blocks and
+// attention on tokens [B, S, C], and a small nn::GPT on int32 tokens.
 //
-//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar,activations,norms,gpt}{.onnx,_input.npy,_expected.npy}
+//   onnx_export OUT_DIR      writes OUT_DIR/{fashion_mnist_cnn,resnet18_cifar,activations,norms,transformer,gpt}{.onnx,_input.npy,_expected.npy}
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -109,6 +110,13 @@ int main(int argc, char** argv) try {
                                    nn::Activation({.kind = A::silu}), nn::Linear<float>({.in = 12, .out = 6}, rng),
                                    nn::Softmax{}},
              Shape{3, 3, 6, 5}, dir, rng);
+  export_one("transformer",
+             nn::Sequential<float>{nn::TransformerBlock<float>({.dim = 32, .heads = 4, .seed = 7}),
+                                   nn::TransformerBlock<float>({.dim = 32, .heads = 2, .hidden = 48, .causal = false, .seed = 8}),
+                                   nn::MultiheadAttention<float>({.dim = 32, .heads = 4, .causal = false, .dropout = 0.2, .seed = 9}),
+                                   nn::LayerNorm<float>({.shape = {32}}), nn::Flatten{},
+                                   nn::Linear<float>({.in = 6 * 32, .out = 7}, rng)},
+             Shape{2, 6, 32}, dir, rng);
   export_gpt(dir, rng);
   return 0;
 } catch (const std::exception& e) {

@@ -13,6 +13,7 @@
 #include "cutrain/deploy/engine_gpt.hpp"
 #include "cutrain/nn.hpp"
 #include "random_model.hpp"
+#include "temp_dir.hpp"
 
 namespace cutrain_test_deploy_engine {  // one per file: the unity build compiles files together
 
@@ -232,19 +233,29 @@ TEST_CASE("deploy engine: a GPT over tokens matches the model's logits (f64)", "
   const auto engine = deploy::compile<double>(gpt, Shape{3, 6});
   const std::string r = engine.report();
   INFO(r);
-  CHECK(r.find("embeddings: wte [11,16] (tied to the head), wpe [6,16]") != std::string::npos);
+  CHECK(r.find("token lookup: wte [11,16] (the head's weight)") != std::string::npos);
+  CHECK(r.find("0: add_constant [3,6,16] (add_constant wpe)") != std::string::npos);
   CHECK(r.find("removed: attention dropout h.1.attn") != std::string::npos);
-  CHECK(engine.body().plan().steps.size() == 2 * 9 + 2);  // the blocks, ln_f, the head
+  CHECK(engine.body().plan().steps.size() == 1 + 2 * 9 + 2);  // positions, the blocks, ln_f, the head
   const auto tokens = [&](std::int64_t n) {
     std::vector<std::int32_t> t(static_cast<std::size_t>(n * 6));
     for (auto& v : t) v = static_cast<std::int32_t>(rng.uniform() * 11) % 11;
     return Tensor<std::int32_t>::from_vector(t, Shape{n, 6});
   };
+  TempDir dir("deploy_gpt");
+  deploy::save_engine(engine, dir / "gpt.engine");
+  const auto loaded = deploy::load_gpt_engine<double>(dir / "gpt.engine");
+  CHECK(loaded.report() == engine.report());
   for (const std::int64_t n : {3, 1}) {
     const auto t = tokens(n);
     autograd::NoGradGuard off;
-    CHECK(max_diff(engine(t), gpt(t).value().contiguous(Layout::row_major)) < 1e-10);
+    const auto y = engine(t);
+    CHECK(max_diff(y, gpt(t).value().contiguous(Layout::row_major)) < 1e-10);
+    CHECK(max_diff(loaded(t), y) == 0.0);
   }
+  // A Sequential's engine file is not a GPT's.
+  nn::Sequential<double> mlp{nn::Linear<double>({.in = 4, .out = 3}, rng)};
+  deploy::save_engine(deploy::compile<double>(mlp, Shape{2, 4}), dir / "mlp.engine");
   run_cases({
       bad<InvalidArgument>("longer than the context", "deploy::compile", {"1 <= S <= context 8", "[2,9]"},
                            [&] { deploy::compile<double>(gpt, Shape{2, 9}); }),
@@ -254,6 +265,8 @@ TEST_CASE("deploy engine: a GPT over tokens matches the model's logits (f64)", "
                            [&] { engine(Tensor<std::int32_t>::zeros(Shape{4, 6})); }),
       bad<InvalidArgument>("token out of range", "index_select", {"11"},
                            [&] { engine(Tensor<std::int32_t>::full(Shape{1, 6}, 11)); }),
+      bad<IoError>("not a GPT's file", "load_gpt_engine", {"mlp.engine", "not a GPT's", "input [2,4]"},
+                   [&] { deploy::load_gpt_engine<double>(dir / "mlp.engine"); }),
   });
 }
 

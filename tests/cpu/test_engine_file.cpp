@@ -153,6 +153,7 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
   const auto bad_shape = plan_edit("bad_shape", [](json::Value& p) { p["shapes"][p["steps"][0]["out"].get<int>()][1] = 9; });
   const auto bad_kind = plan_edit("bad_kind", [](json::Value& p) { p["steps"][0]["kind"] = "deconv"; });
   const auto bad_act = plan_edit("bad_act", [](json::Value& p) { p["steps"][0]["act"] = 99; });
+  const auto bad_model = plan_edit("bad_model", [](json::Value& p) { p["model"] = "bert"; });
   const auto bad_output = plan_edit("bad_output", [](json::Value& p) { p["output"] = 0; });
   const auto graph_on_cpu = plan_edit("graph_on_cpu", [](json::Value& p) { p["cuda_graph"] = true; });
   const auto wide_act = plan_edit("wide_act", [](json::Value& p) { p["steps"][0]["act"] = (std::int64_t{1} << 32) + 1; });
@@ -193,6 +194,8 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
                    [&] { load_engine<double>(bad_shape); }),
       bad<IoError>("unknown step kind", "load_engine", {"step kind \"deconv\" is unknown"},
                    [&] { load_engine<double>(bad_kind); }),
+      bad<IoError>("unknown model", "load_engine", {"model \"bert\" is unknown"},
+                   [&] { load_engine<double>(bad_model); }),
       bad<IoError>("unknown activation", "load_engine", {"step 0", "act is 99, outside 0 to 8"},
                    [&] { load_engine<double>(bad_act); }),
       bad<IoError>("output never written", "load_engine", {"the output value 0"},

@@ -362,6 +362,26 @@ TEST_CASE("export_onnx: nn::GPT on int32 tokens", "[onnx]") {
   CHECK(read_model(dir / "plain.onnx").initializers.count("causal_mask") == 0);
 }
 
+TEST_CASE("export_onnx: transformer blocks and attention in a Sequential", "[onnx]") {
+  TempDir dir("onnx_transformer");
+  nn::Sequential<float> net{nn::TransformerBlock<float>({.dim = 16, .heads = 2, .seed = 1}),
+                            nn::MultiheadAttention<float>({.dim = 16, .heads = 4, .causal = false, .seed = 2}),
+                            nn::Flatten{}, nn::Linear<float>({.in = 5 * 16, .out = 3})};
+  const auto info = deploy::export_onnx(net, dir / "t.onnx", Shape{2, 5, 16});
+  const Parsed m = read_model(dir / "t.onnx");
+  CHECK(m.ops == info.op_types);
+  CHECK(m.input_dims == std::vector<std::int64_t>{2, 5, 16});
+  CHECK(m.output_dims == std::vector<std::int64_t>{2, 3});
+  const auto count = [&](const std::string& op) { return std::count(m.ops.begin(), m.ops.end(), op); };
+  CHECK(count("LayerNormalization") == 2);
+  CHECK(count("Softmax") == 2);
+  CHECK(count("Gemm") == 4 + 2 + 1);  // the block's qkv, proj, fc1, fc2; the attention's qkv, proj; the head
+  // Initializers named as in visit_params; the block's mask (causal), none for the attention.
+  CHECK(m.initializers.at("0.attn.qkv.weight").all_ints(1) == std::vector<std::int64_t>{48, 16});
+  CHECK(m.initializers.count("1.proj.bias") == 1);
+  CHECK(m.initializers.at("causal_mask").all_ints(1) == std::vector<std::int64_t>{5, 5});
+}
+
 TEST_CASE("export_onnx: bad input", "[onnx][bad_input]") {
   TempDir dir("onnx_bad");
   const auto file = dir / "bad.onnx";
@@ -369,10 +389,16 @@ TEST_CASE("export_onnx: bad input", "[onnx][bad_input]") {
   test::run_cases({
       bad<InvalidArgument>("empty model", "deploy::export_onnx", {"no modules"},
                            [&] { deploy::export_onnx(nn::Sequential<float>{}, file, Shape{1, 1, 4, 4}); }),
-      bad<InvalidArgument>("3-d example", "deploy::export_onnx", {"example_shape", "[1,4,4]"},
+      bad<InvalidArgument>("5-d example", "deploy::export_onnx", {"example_shape", "[1,4,4,1,1]"},
                            [&] {
                              nn::Sequential<float> n{nn::ReLU{}};
-                             deploy::export_onnx(n, file, Shape{1, 4, 4});
+                             deploy::export_onnx(n, file, Shape{1, 4, 4, 1, 1});
+                           }),
+      bad<InvalidArgument>("tokens of another width", "deploy::export_onnx",
+                           {"module 0", "TransformerBlock of dim 16", "[2,3,8]"},
+                           [&] {
+                             nn::Sequential<float> n{nn::TransformerBlock<float>({.dim = 16, .heads = 2})};
+                             deploy::export_onnx(n, file, Shape{2, 3, 8});
                            }),
       bad<InvalidArgument>("zero dim", "deploy::export_onnx", {"example_shape", "zero or negative"},
                            [&] {

@@ -115,6 +115,11 @@ TEST_CASE("gpu deploy engine: a GPT engine matches the CPU engine in f64", "[gpu
   check_close("gpt bf16, captured", bf16(tokens.to(Device::cuda(0))), want, 6e-2);
   check_close("gpt bf16, replayed", bf16(tokens.to(Device::cuda(0))), want, 6e-2);
   CHECK(bf16.body().captured().size() == 1);
+  TempDir dir("engine_file_gpt_gpu");  // the file gives the same bits
+  deploy::save_engine(bf16, dir / "gpt.engine");
+  const auto loaded = deploy::load_gpt_engine<bfloat16>(dir / "gpt.engine");
+  check_close("gpt bf16, loaded", loaded(tokens.to(Device::cuda(0))), cast<double>(bf16(tokens.to(Device::cuda(0))).to(Device::cpu())),
+              0.0);
   CHECK_THROWS_AS(bf16(tokens), DeviceError);  // tokens on the CPU
 }
 

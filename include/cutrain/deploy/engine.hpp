@@ -2,7 +2,8 @@
 // inference engine in element type E, on the CPU or the GPU. The model's plan (engine_plan.hpp)
 // has batch norms folded into convolutions, residual adds and activations fused into the
 // convolutions before them (one cuDNN graph each on the GPU, through ops::Fusion), activations
-// into linear layers' cuBLASLt epilogues, dropout removed; every weight is converted to E and
+// into linear layers' cuBLASLt epilogues, transformer blocks as linear and attention steps
+// (engine_gpt.hpp compiles a whole nn::GPT), dropout removed; every weight is converted to E and
 // laid out for the device once, at compile time. Each activation is released after its last
 // reader (the memory plan's lifetimes), so the allocator reuses its memory for later ones. With
 // cuda_graph, each batch size's forward is captured as one CUDA graph at its first call and
@@ -371,6 +372,7 @@ class Engine {
         return ops::rms_norm_forward(x, s.wf, s.eps).y;
       case StepKind::softmax: return ops::softmax_forward(x, s.axis);
       case StepKind::attention: return attention(s, x);
+      case StepKind::add_constant: return ops::add(x, s.w);  // w broadcast over the batch
     }
     throw Error("deploy::Engine", "unknown step");
   }
@@ -404,7 +406,7 @@ Engine<E> engine_from(Plan<T> p, const CompileOptions& o) {
     fuse_residual_adds(p);
     fuse_activations(p);
   }
-  Plan<E> plan{.steps = {}, .shapes = p.shapes, .output = p.output, .removed = p.removed};
+  Plan<E> plan{.steps = {}, .shapes = p.shapes, .output = p.output, .removed = p.removed, .model = p.model};
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     auto& s = p.steps[i];
     const auto put = [&](const Tensor<T>& t, Layout l) {

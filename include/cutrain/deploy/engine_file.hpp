@@ -177,6 +177,11 @@ Shape step_output(const Step<E>& s, const std::vector<Shape>& shapes) {
       y.back() = s.w.dim(0);
       return Shape(y);
     }
+    case StepKind::add_constant: {
+      const Shape w(std::vector<std::int64_t>(x.dims().begin() + 1, x.dims().end()));
+      need(s.w.shape() == w, "an add_constant step's constant is ", s.w.shape(), ", not ", w);
+      return x;
+    }
     case StepKind::attention:
       need(x.rank() == 3 && x[2] % 3 == 0 && s.heads > 0 && (x[2] / 3) % s.heads == 0, "an attention step of ", s.heads,
            " heads does not take ", x);
@@ -256,6 +261,7 @@ void save_engine(const Engine<E>& engine, const std::filesystem::path& path) {
                                           {"shapes", std::move(shapes)},
                                           {"output", p.output},
                                           {"removed", p.removed},
+                                          {"model", p.model},
                                           {"layout", std::string(to_string(o.layout))},
                                           {"min_batch", o.min_batch},
                                           {"fuse", o.fuse},
@@ -335,6 +341,8 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
     std::optional<QuantizeOptions> quantized;
     for (const auto& s : json::as_array(json::at(plan, "shapes"))) p.shapes.push_back(detail::shape_from_json(s));
     for (const auto& r : json::as_array(json::at(plan, "removed"))) p.removed.push_back(json::as_string(r));
+    p.model = json::as_string(json::at(plan, "model"));
+    CUTRAIN_REQUIRE(p.model.empty() || p.model == "gpt", InvalidArgument, op, "model \"", p.model, "\" is unknown");
     const auto n = static_cast<int>(p.shapes.size());
     CUTRAIN_REQUIRE(n >= 1, InvalidArgument, op, "the plan has no values");
     detail::check_options<E>(op, o, p.shapes[0][0]);  // as compile's: a CPU file that asks for CUDA graphs is corrupt

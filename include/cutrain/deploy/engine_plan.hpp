@@ -35,15 +35,18 @@ namespace cutrain::inline CUTRAIN_ABI::deploy {
 // channel (a batch norm that had no convolution to fold into); add: in + in2; layer_norm and
 // rms_norm over in's trailing dims w.shape() (w: gamma, b: beta), eps; softmax along axis;
 // attention: self-attention of a fused projection's output in [B, S, 3C] (q, k, v of `heads`
-// heads, causal or not) to [B, S, C]. A linear step takes any rank >= 2 (features last).
+// heads, causal or not) to [B, S, C]; add_constant: in + w, w of in's shape without the batch
+// (a GPT's position embeddings). A linear step takes any rank >= 2 (features last).
 enum class StepKind : std::uint8_t {
-  conv, linear, scale_shift, activation, pool, global_avg_pool, flatten, add, layer_norm, rms_norm, softmax, attention
+  conv, linear, scale_shift, activation, pool, global_avg_pool, flatten, add, layer_norm, rms_norm, softmax, attention,
+  add_constant
 };
-inline constexpr StepKind last_step_kind = StepKind::attention;
+inline constexpr StepKind last_step_kind = StepKind::add_constant;
 
 inline const char* to_string(StepKind k) {
   constexpr const char* names[] = {"conv",    "linear", "scale_shift", "activation", "pool",   "global_avg_pool",
-                                   "flatten", "add",    "layer_norm",  "rms_norm",   "softmax", "attention"};
+                                   "flatten", "add",    "layer_norm",  "rms_norm",   "softmax", "attention",
+                                   "add_constant"};
   return names[static_cast<int>(k)];
 }
 
@@ -81,6 +84,7 @@ struct Plan {
   std::vector<Shape> shapes;  // per value; value 0 is the input
   int output = 0;
   std::vector<std::string> removed;  // modules with no step (dropout)
+  std::string model{};               // "gpt": the body of a GptEngine (engine_gpt.hpp); "": a Sequential's
 };
 
 namespace detail {
@@ -119,9 +123,14 @@ class PlanLowering {
     return x;
   }
 
-  // nn::GPT after its embeddings: x [B, S, C] -> the blocks, ln_f, the head tied to wte (no
-  // bias) -> logits [B, S, vocab]. Modules named as GPT's parameters are ("h.0", "ln_f").
+  // nn::GPT after its token lookup: x [B, S, C] -> + the position embeddings of 0 .. S-1, the
+  // blocks, ln_f, the head tied to wte (no bias) -> logits [B, S, vocab]. Modules named as GPT's
+  // parameters are ("wpe", "h.0", "ln_f").
   int gpt_body(const nn::GPT<T>& g, int x) {
+    p_.model = "gpt";
+    x = push({.kind = StepKind::add_constant, .in = x,
+              .w = host_copy(g.wpe.weight.value()).slice(0, 0, shape(x)[1]).contiguous(Layout::row_major), .module = "wpe"},
+             shape(x));
     for (std::size_t i = 0; i < g.blocks.size(); ++i) x = transformer(g.blocks[i], x, "h." + std::to_string(i));
     x = norm(StepKind::layer_norm, g.ln_f.weight.value(), &g.ln_f.bias.value(), g.ln_f.options().eps, x, "ln_f",
              "LayerNorm");

@@ -3,19 +3,23 @@
 // mode: batch norm with its running statistics (as a BatchNormalization node, not folded, so the
 // file maps one to one onto the modules), dropout removed. Weights are f32 initializers named as
 // in visit_params ("0.weight", "3.conv1.weight"); the input "input" and output "output" have
-// the static shape that example_shape gives. See docs/deploy.md for the op mapping.
+// the static shape that example_shape gives. Transformer blocks and attention (tokens [B, S, C])
+// are written out in opset-17 ops (onnx_gpt.hpp exports a whole nn::GPT). See docs/deploy.md for
+// the op mapping.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <numbers>
 #include <string>
 #include <typeinfo>
 #include <vector>
 
 #include "cutrain/core/files.hpp"
+#include "cutrain/core/params/attention.hpp"
 #include "cutrain/core/params/conv2d.hpp"
 #include "cutrain/core/params/pool2d.hpp"
 #include "cutrain/deploy/common.hpp"
@@ -28,6 +32,7 @@
 #include "cutrain/nn/residual.hpp"
 #include "cutrain/nn/rms_norm.hpp"
 #include "cutrain/nn/sequential.hpp"
+#include "cutrain/nn/transformer.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::deploy {
 
@@ -66,6 +71,14 @@ class Lowering {
     if (const auto* b = m.template get_if<nn::BatchNorm2d<T>>(i)) return batch_norm(*b, x, p, i);
     if (const auto* l = m.template get_if<nn::Linear<T>>(i)) return linear(*l, x, p, i);
     if (const auto* r = m.template get_if<nn::ResidualBlock<T>>(i)) return residual(*r, x, p, i);
+    if (const auto* a = m.template get_if<nn::MultiheadAttention<T>>(i)) {
+      require_tokens(x, a->options().dim, "MultiheadAttention", i);
+      return attention(*a, x, p, i);
+    }
+    if (const auto* b = m.template get_if<nn::TransformerBlock<T>>(i)) {
+      require_tokens(x, b->attn.options().dim, "TransformerBlock", i);
+      return transformer_block(*b, x, p, i);
+    }
     if (m.template get_if<nn::ReLU>(i)) return {g_.node("Relu", {x.name}), x.shape};
     if (const auto* a = m.template get_if<nn::Activation>(i)) return activation(a->params, x, i);
     if (const auto* mp = m.template get_if<nn::MaxPool2d>(i)) return pool(mp->params, x, i);
@@ -99,6 +112,11 @@ class Lowering {
   static void require_rank(const Value& x, int rank, std::string_view what, std::size_t i) {
     CUTRAIN_REQUIRE(x.shape.rank() == rank, InvalidArgument, export_op, "module ", i, " (", what, ") needs a ", rank,
                     "-d input, got ", x.shape);
+  }
+
+  static void require_tokens(const Value& x, std::int64_t dim, std::string_view what, std::size_t i) {
+    CUTRAIN_REQUIRE(x.shape.rank() == 3 && x.shape[2] == dim, InvalidArgument, export_op, "module ", i, " (", what,
+                    " of dim ", dim, ") needs tokens [B, S, ", dim, "], got ", x.shape);
   }
 
   Value conv(const nn::Conv2d<T>& c, const Value& x, const std::string& p, std::size_t i) {
@@ -239,9 +257,57 @@ class Lowering {
     return {g_.node("AveragePool", {x.name}, attrs), y};
   }
 
+  // x + attn(ln1(x)), then + fc2(gelu_tanh(fc1(ln2(x)))), over tokens x [B, S, C].
+  Value transformer_block(const nn::TransformerBlock<T>& blk, const Value& x, const std::string& p, std::size_t i) {
+    const std::int64_t b = x.shape[0], s = x.shape[1], c = x.shape[2];
+    const Value a = attention(blk.attn, layer_norm(blk.ln1, x, p + ".ln1", i), p + ".attn", i);
+    const Value h{g_.node("Add", {x.name, a.name}), x.shape};
+    Value f = reshape(layer_norm(blk.ln2, h, p + ".ln2", i), Shape{b * s, c});
+    f = linear(blk.fc1, f, p + ".fc1", i);
+    f = activation(ActivationParams{.kind = Activation::gelu_tanh}, f, i);
+    f = linear(blk.fc2, f, p + ".fc2", i);
+    return {g_.node("Add", {h.name, reshape(f, x.shape).name}), x.shape};
+  }
+
+  // softmax(q kᵀ · scale + mask) v over [B, H, S, D], q, k, v split from the fused projection;
+  // tokens x [B, S, C]. opset 17 has no Attention op (it is opset 23's): written out in its ops.
+  Value attention(const nn::MultiheadAttention<T>& mha, const Value& x, const std::string& p, std::size_t i) {
+    const std::int64_t b = x.shape[0], s = x.shape[1], c = x.shape[2];
+    const std::int64_t h = mha.options().heads, d = c / h;
+    const Value qkv = linear(mha.qkv, reshape(x, Shape{b * s, c}), p + ".qkv", i);
+    const Value r = reshape(qkv, Shape{b, s, 3, h, d});
+    const auto part = [&](std::int64_t k, std::vector<std::int64_t> perm) {
+      const auto one = g_.node("Gather", {r.name, g_.int64_initializer(Shape{}, {k})}, {attr_int("axis", 2)});
+      return g_.node("Transpose", {one}, {attr_ints("perm", std::move(perm))});
+    };
+    const auto q = part(0, {0, 2, 1, 3}), kt = part(1, {0, 2, 3, 1}), v = part(2, {0, 2, 1, 3});
+    const double scale = cutrain::detail::attention_scale(export_op, AttentionParams{}, d);
+    std::string scores = g_.node("Mul", {g_.node("MatMul", {q, kt}), g_.scalar(static_cast<float>(scale))});
+    if (mha.options().causal) scores = g_.node("Add", {scores, causal_mask(s)});
+    const auto probs = g_.node("Softmax", {scores}, {attr_int("axis", 3)});
+    const auto o = g_.node("Transpose", {g_.node("MatMul", {probs, v})}, {attr_ints("perm", {0, 2, 1, 3})});
+    const Value y = linear(mha.proj, reshape({o, Shape{b, s, h, d}}, Shape{b * s, c}), p + ".proj", i);
+    return reshape(y, x.shape);
+  }
+
+  Value reshape(const Value& x, const Shape& to) {
+    return {g_.node("Reshape", {x.name, g_.int64_initializer(Shape{to.rank()}, dims_of(to))}), to};
+  }
 
  private:
+  // [S, S]: 0 where key j <= query i, -inf above the diagonal; one initializer, shared by the blocks.
+  std::string causal_mask(std::int64_t s) {
+    if (!mask_.empty()) return mask_;
+    std::vector<float> m(static_cast<std::size_t>(s * s), 0.0f);
+    for (std::int64_t i = 0; i < s; ++i)
+      for (std::int64_t j = i + 1; j < s; ++j)
+        m[static_cast<std::size_t>(i * s + j)] = -std::numeric_limits<float>::infinity();
+    mask_ = g_.initializer("causal_mask", Shape{s, s}, m);
+    return mask_;
+  }
+
   OnnxGraph& g_;
+  std::string mask_;
 };
 
 }  // namespace detail
