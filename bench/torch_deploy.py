@@ -89,31 +89,25 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
-    if a.cutrain and a.model == "gpt":
+    if a.cutrain:
         ours = {r["batch"]: r for r in json.loads(a.cutrain.read_text())["rows"]}
-        print("| batch | cutrain model | engine | engine + CUDA graph | PyTorch eager | PyTorch CUDA graph | "
-              "torch.compile + CUDA graph | PyTorch best | engine graph / best |")
-        for r in rows:
-            c = ours.get(r["batch"])
-            if not c:
-                continue
-            best = min(v for k, v in r.items() if k.endswith("_ms"))
-            cg = r.get("compile_graph_ms", float("nan"))
-            print(f"| {r['batch']} | {c['model_ms']:.4f} | {c['engine_ms']:.4f} | {c['engine_graph_ms']:.4f} | "
-                  f"{r['eager_ms']:.4f} | {r['graph_ms']:.4f} | {cg:.4f} | {best:.4f} | {c['engine_graph_ms'] / best:.2f} |")
-    elif a.cutrain:
-        ours = {r["batch"]: r for r in json.loads(a.cutrain.read_text())["rows"]}
-        print("| batch | cutrain engine | engine + CUDA graph | e4m3 engine + CUDA graph | PyTorch eager | "
-              "PyTorch CUDA graph | PyTorch best | engine graph / best | e4m3 graph / best |")
+        gpt = a.model == "gpt"
+        # cutrain's columns: the model's own forward (gpt) or the e4m3 engine (resnet), then the ratios.
+        print("| batch | " + ("cutrain model | " if gpt else "") + "cutrain engine | engine + CUDA graph | " +
+              ("" if gpt else "e4m3 engine + CUDA graph | ") + "PyTorch eager | PyTorch CUDA graph | " +
+              ("torch.compile + CUDA graph | " if gpt else "") + "PyTorch best | engine graph / best |" +
+              ("" if gpt else " e4m3 graph / best |"))
         for r in rows:
             c = ours.get(r["batch"])
             if not c:
                 continue
             best = min(v for k, v in r.items() if k.endswith("_ms"))
             f8 = c.get("fp8_graph_ms", float("nan"))
-            print(f"| {r['batch']} | {c['engine_ms']:.4f} | {c['engine_graph_ms']:.4f} | {f8:.4f} | {r['eager_ms']:.4f} | "
-                  f"{r['graph_ms']:.4f} | {best:.4f} | {c['engine_graph_ms'] / best:.2f} | {f8 / best:.2f} |")
-
+            cells = [r["batch"]] + ([c["model_ms"]] if gpt else []) + [c["engine_ms"], c["engine_graph_ms"]]
+            cells += ([] if gpt else [f8]) + [r["eager_ms"], r["graph_ms"]]
+            cells += ([r.get("compile_graph_ms", float("nan"))] if gpt else []) + [best]
+            ratios = [c["engine_graph_ms"] / best] + ([] if gpt else [f8 / best])
+            print("| " + " | ".join([str(cells[0])] + [f"{v:.4f}" for v in cells[1:]] + [f"{v:.2f}" for v in ratios]) + " |")
 
 if __name__ == "__main__":
     main()
