@@ -67,6 +67,7 @@ double median_ms(F&& call) {
 // --model gpt: nn::GPT as examples/char_gpt trains it (vocab 65, context 256, dim 384, 6 heads,
 // 6 layers; random weights, f32 parameters), tokens [N, 256]: the model's own eval forward in bf16
 // (autograd off), the bf16 engine (deploy::compile of the GPT, engine_gpt.hpp) eager and with
+// cuda_graph, and compiled with fuse = false (no gelu or residual add in the matmuls) with
 // cuda_graph; timed as above.
 int run_gpt(const std::vector<std::int64_t>& batches) {
   const std::int64_t largest = *std::max_element(batches.begin(), batches.end()), s = 256;
@@ -78,6 +79,9 @@ int run_gpt(const std::vector<std::int64_t>& batches) {
   graph_o.cuda_graph = true;
   const auto eager = deploy::compile<bfloat16>(gpt, Shape{largest, s}, eager_o);
   const auto graphed = deploy::compile<bfloat16>(gpt, Shape{largest, s}, graph_o);
+  auto plain_o = graph_o;
+  plain_o.fuse = false;
+  const auto plain = deploy::compile<bfloat16>(gpt, Shape{largest, s}, plain_o);
   Rng data(1);
   std::printf("{\"model\": \"gpt\", \"dtype\": \"bf16\", \"context\": %lld, \"rows\": [", static_cast<long long>(s));
   for (std::size_t k = 0; k < batches.size(); ++k) {
@@ -89,8 +93,10 @@ int run_gpt(const std::vector<std::int64_t>& batches) {
     const double m = median_ms([&] { (void)gpt.operator()<bfloat16>(tokens); });
     const double e = median_ms([&] { (void)eager(tokens); });
     const double g = median_ms([&] { (void)graphed(tokens); });
-    std::printf("%s\n {\"batch\": %lld, \"model_ms\": %.4f, \"engine_ms\": %.4f, \"engine_graph_ms\": %.4f}",
-                k ? "," : "", static_cast<long long>(n), m, e, g);
+    const double u = median_ms([&] { (void)plain(tokens); });
+    std::printf("%s\n {\"batch\": %lld, \"model_ms\": %.4f, \"engine_ms\": %.4f, \"engine_graph_ms\": %.4f, "
+                "\"unfused_graph_ms\": %.4f}",
+                k ? "," : "", static_cast<long long>(n), m, e, g, u);
   }
   std::printf("\n], \"activations\": {\"planned_bytes\": %lld, \"all_bytes\": %lld}}\n",
               static_cast<long long>(eager.body().memory().arena), static_cast<long long>(eager.body().memory().total));

@@ -188,16 +188,21 @@ TEST_CASE("deploy engine: transformer blocks and attention match the model (f64)
   const auto engine = deploy::compile<double>(net, Shape{3, 6, 16});
   const std::string r = engine.report();
   INFO(r);
-  // Per block: ln1, qkv, attention, proj, add, ln2, fc1 + gelu, fc2, add; then qkv, attention,
-  // proj, layer norm, flatten, linear.
-  REQUIRE(engine.plan().steps.size() == 2 * 9 + 6);
+  // Per block: ln1, qkv, attention, proj + add, ln2, fc1 + gelu, fc2 + add; then qkv,
+  // attention, proj, layer norm, flatten, linear.
+  REQUIRE(engine.plan().steps.size() == 2 * 7 + 6);
   CHECK(r.find("attention [3,6,16] (attention 0.attn)") != std::string::npos);
   CHECK(r.find("linear 1.fc1 + gelu_tanh 1.gelu") != std::string::npos);
+  CHECK(r.find("linear 0.attn.proj + add 0.add1") != std::string::npos);
+  CHECK(r.find("linear 1.fc2 + add 1.add2") != std::string::npos);
   CHECK(r.find("removed: attention dropout 2") != std::string::npos);
   auto x = Tensor<double>::uniform(Shape{3, 6, 16}, rng, -1, 1);
   CHECK(max_diff(engine(x), reference(net, x)) < 1e-10);
   auto x1 = Tensor<double>::uniform(Shape{1, 6, 16}, rng, -1, 1);  // a smaller batch
   CHECK(max_diff(engine(x1), reference(net, x1)) < 1e-10);
+  // In f32 (with cutrain::onednn its linear steps are oneDNN primitives, the residual added after).
+  const auto f32 = deploy::compile<float>(net, Shape{3, 6, 16});
+  CHECK(max_diff(cast<double>(f32(cast<float>(x))), reference(net, x)) < 1e-4);
   // A causal block: a token's output does not depend on later tokens.
   nn::Sequential<double> causal{nn::TransformerBlock<double>({.dim = 16, .heads = 4, .seed = 4})};
   randomize(causal, rng);
@@ -210,9 +215,9 @@ TEST_CASE("deploy engine: transformer blocks and attention match the model (f64)
     (i < 5 * 16 ? first : last) = std::max(i < 5 * 16 ? first : last, std::abs(y0.flat(i) - y1.flat(i)));
   CHECK(first == 0.0);
   CHECK(last > 1e-3);
-  // Unfused (fuse = false) the gelu is a step of its own: same values.
+  // Unfused (fuse = false) the gelus and the residual adds are steps of their own: same values.
   const auto plain = deploy::compile<double>(net, Shape{3, 6, 16}, {.fuse = false});
-  CHECK(plain.plan().steps.size() == engine.plan().steps.size() + 2);
+  CHECK(plain.plan().steps.size() == engine.plan().steps.size() + 2 + 4);
   CHECK(max_diff(plain(x), engine(x)) < 1e-12);
   // Tokens of the wrong width, and a block on a 2-d input, name the module.
   run_cases({
@@ -236,7 +241,7 @@ TEST_CASE("deploy engine: a GPT over tokens matches the model's logits (f64)", "
   CHECK(r.find("token lookup: wte [11,16] (the head's weight)") != std::string::npos);
   CHECK(r.find("0: add_constant [3,6,16] (add_constant wpe)") != std::string::npos);
   CHECK(r.find("removed: attention dropout h.1.attn") != std::string::npos);
-  CHECK(engine.body().plan().steps.size() == 1 + 2 * 9 + 2);  // positions, the blocks, ln_f, the head
+  CHECK(engine.body().plan().steps.size() == 1 + 2 * 7 + 2);  // positions, the blocks, ln_f, the head
   const auto tokens = [&](std::int64_t n) {
     std::vector<std::int32_t> t(static_cast<std::size_t>(n * 6));
     for (auto& v : t) v = static_cast<std::int32_t>(rng.uniform() * 11) % 11;

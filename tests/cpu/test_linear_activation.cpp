@@ -1,7 +1,9 @@
 // linear_activation_forward: equals linear_forward followed by activation_forward for every
-// activation, with and without a bias, in f32 and f64; a hand-computed relu case; bad input.
+// activation, with and without a bias, in f32 and f64; a hand-computed relu case; bad input;
+// linear_residual_forward by hand and its bad input.
 #include "gradcheck.hpp"
 
+#include "cutrain/core/view.hpp"
 #include "cutrain/ops/activation.hpp"
 #include "cutrain/ops/linear.hpp"
 
@@ -86,6 +88,23 @@ TEST_CASE("linear_activation_forward: bad input") {
   CUTRAIN_REQUIRE_THROWS_OP(ops::linear_activation_forward(x, w, random({1, 2}, rng), relu), InvalidArgument, op);
   auto xh = Tensor<half>::zeros({3, 4}), wh = Tensor<half>::zeros({2, 4});
   CUTRAIN_REQUIRE_THROWS_OP(ops::linear_activation_forward(xh, wh, Tensor<half>{}, relu), NotImplemented, op);
+}
+
+TEST_CASE("linear_residual_forward: hand-computed case and bad input") {
+  auto x = Tensor<double>::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+  auto w = Tensor<double>::from_vector({1, 0, -1, 0.5, 1, 2}, {2, 3});
+  auto b = Tensor<double>::from_vector({0.5, -1}, {2});
+  auto r = Tensor<double>::from_vector({1, 2, 3, 4}, {2, 2});
+  // x w^T + b = [[-1.5, 7.5], [-1.5, 18]], plus r.
+  require_close(ops::linear_residual_forward(x, w, b, r), {-0.5, 9.5, 1.5, 22});
+  require_close(ops::linear_residual_forward(x, w, Tensor<double>{}, r), {-1, 10.5, 1, 23});
+  require_close(ops::linear_residual_forward(x, w, b, transpose(Tensor<double>::from_vector({1, 3, 2, 4}, {2, 2}), 0, 1)),
+                {-0.5, 9.5, 1.5, 22});
+  const char* op = "linear_residual_forward";
+  CUTRAIN_REQUIRE_THROWS_OP(ops::linear_residual_forward(x, w, b, Tensor<double>{}), InvalidArgument, op);
+  CUTRAIN_REQUIRE_THROWS_OP(ops::linear_residual_forward(x, w, b, Tensor<double>::zeros({2, 3})), InvalidArgument, op);
+  CUTRAIN_REQUIRE_THROWS_OP(ops::linear_residual_forward(x, w, Tensor<double>::zeros({3}), r), InvalidArgument, op);
+  CUTRAIN_REQUIRE_THROWS_OP(ops::linear_residual_forward(x, Tensor<double>::zeros({2, 4}), b, r), InvalidArgument, op);
 }
 
 }  // namespace cutrain_test_linear_activation

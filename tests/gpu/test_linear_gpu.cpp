@@ -2,13 +2,14 @@
 // without a bias, the relu and gelu_tanh epilogues (with and without a bias), backward dx, dw and
 // db (BGRADB epilogue) with and without a bias; odd sizes (leading dimensions that are not
 // multiples of 8), batch 1, the Fashion-MNIST classifier layers and a large layer; views with
-// padded rows and misaligned start pointers; empty dimensions; TF32; the ops:: dispatch; and the
-// errors for what cuBLASLt does not fuse.
+// padded rows and misaligned start pointers; empty dimensions; TF32; the ops:: dispatch; a
+// residual as the matmul's C operand; and the errors for what cuBLASLt does not fuse.
 #include "parity.hpp"
 
 #include <cstdio>
 
 #include "cutrain/cuda/cublas/linear.hpp"
+#include "cutrain/ops/elementwise.hpp"
 #include "cutrain/ops/linear.hpp"
 
 namespace cutrain_test_linear_gpu {  // one per file: the unity build compiles files together
@@ -303,6 +304,36 @@ TEST_CASE("gpu linear on views: padded rows and misaligned pointers") {
   }
   std::printf("linear views: BGRADB fallbacks so far: %lld\n",
               static_cast<long long>(cuda::cublas::detail::bgrad_fallbacks()));
+}
+
+// ops::linear_residual_forward: the residual as cuBLASLt's C operand (beta 1), against the CPU
+// backend in f64; with and without a bias, a residual in another layout (a transposed view).
+template <class T>
+void run_residual(const Case& c, bool bias) {
+  INFO(c.name << " " << dtype_of<T> << (bias ? " +bias" : ""));
+  Rng rng(std::hash<std::string>{}(c.name) + (bias ? 1 : 0));
+  auto [x, xr] = random_pair<T>({c.n, c.in}, rng, Layout::row_major);
+  auto [w, wr] = random_pair<T>({c.out, c.in}, rng, Layout::row_major);
+  auto [b, br] = random_pair<T>({c.out}, rng, Layout::row_major);
+  auto [r, rr] = random_pair<T>({c.n, c.out}, rng, Layout::row_major);
+  const Tensor<T> no;
+  const Tensor<double> nor;
+  const auto want = ops::add(ops::linear_forward(xr, wr, bias ? br : nor), rr);
+  check_close("linear + residual", ops::linear_residual_forward(x, w, bias ? b : no, r), want, tolerance<T>);
+  // The residual as a transposed view of [out, N] memory: copied to rows first.
+  auto [rt, rtr] = random_pair<T>({c.out, c.n}, rng, Layout::row_major);
+  const auto want_t = ops::add(ops::linear_forward(xr, wr, bias ? br : nor), transpose(rtr, 0, 1));
+  check_close("linear + transposed residual", ops::linear_residual_forward(x, w, bias ? b : no, transpose(rt, 0, 1)),
+              want_t, tolerance<T>);
+}
+
+TEST_CASE("gpu linear + residual (cuBLASLt's C operand) matches the CPU backend") {
+  for (const auto& c : {cases[0], cases[3], cases[6]})
+    for (const bool bias : {true, false}) {
+      run_residual<float>(c, bias);
+      run_residual<cutrain::bfloat16>(c, bias);
+      run_residual<cutrain::half>(c, bias);
+    }
 }
 
 TEST_CASE("gpu linear with empty dimensions") {

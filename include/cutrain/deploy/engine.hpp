@@ -350,6 +350,10 @@ class Engine {
         return ops::conv2d_bias_activation_forward(x, s.w, s.b, s.act, s.conv);
       case StepKind::linear: {  // tokens [B, S, C] as rows [B S, C]
         const Tensor<E> rows = detail::as_rows(x);
+        if (s.in2 >= 0)  // + residual, as the matmul's C operand on the GPU
+          return detail::from_rows(
+              ops::linear_residual_forward(rows, s.w, s.b, detail::as_rows(v[static_cast<std::size_t>(s.in2)])),
+              x.shape());
         return detail::from_rows(s.act.kind == Activation::identity ? ops::linear_forward(rows, s.w, s.b)
                                                                     : ops::linear_activation_forward(rows, s.w, s.b, s.act),
                                  x.shape());

@@ -156,7 +156,8 @@ Shape step_output(const Step<E>& s, const std::vector<Shape>& shapes) {
            s.kind == StepKind::flatten || s.kind == StepKind::add || s.kind == StepKind::softmax ||
            s.kind == StepKind::attention || s.w.defined(),
        "a ", to_string(s.kind), " step has no weight");
-  need((s.in2 >= 0) == (s.kind == StepKind::add) || s.kind == StepKind::conv, "a ", to_string(s.kind),
+  need((s.in2 >= 0) == (s.kind == StepKind::add) || s.kind == StepKind::conv || s.kind == StepKind::linear, "a ",
+       to_string(s.kind),
        " step has the wrong operand count");
   cutrain::detail::check_activation("load_engine", s.act);
   switch (s.kind) {
@@ -175,6 +176,9 @@ Shape step_output(const Step<E>& s, const std::vector<Shape>& shapes) {
       need(!s.b.defined() || s.b.shape() == Shape{s.w.dim(0)}, "a linear step's bias is ", s.b.shape());
       std::vector<std::int64_t> y = x.dims();
       y.back() = s.w.dim(0);
+      need(s.in2 < 0 || (shapes[static_cast<std::size_t>(s.in2)] == Shape(y) && s.act.kind == Activation::identity),
+           "a linear step's fused residual is ", s.in2 >= 0 ? shapes[static_cast<std::size_t>(s.in2)] : Shape{},
+           ", not ", Shape(y), ", or comes with an activation");
       return Shape(y);
     }
     case StepKind::add_constant: {

@@ -22,6 +22,7 @@
 #include "cutrain/cpu/onednn.hpp"
 #include "cutrain/deploy/engine_plan.hpp"
 #include "cutrain/ops/activation.hpp"
+#include "cutrain/ops/elementwise.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::deploy::detail {
 
@@ -101,6 +102,7 @@ class OnednnSteps {
       if (linear_[i]) {
         profile::OpScope timed("linear_activation_forward (oneDNN)", x.device());
         Tensor<E> y = detail::from_rows(linear_[i]->forward(detail::as_rows(x)), x.shape());
+        if (s.in2 >= 0) return ops::add(y, v[static_cast<std::size_t>(s.in2)]);  // a fused residual (no activation)
         return linear_[i]->fuses_activation() ? std::move(y) : ops::activation_forward(y, s.act);
       }
       if (pool_[i]) {

@@ -374,8 +374,9 @@ void fold_batch_norms(Plan<T>& p) {
   }
 }
 
-// Fuses an add into the convolution that writes one operand, where the other operand is ready
-// before that convolution runs: act(conv + b + residual) becomes one cuDNN graph.
+// Fuses an add into the convolution or linear layer that writes one operand, where the other
+// operand is ready before that step runs: act(conv + b + residual) becomes one cuDNN graph,
+// linear + b + residual one cuBLASLt matmul (the residual its C operand).
 template <class T>
 void fuse_residual_adds(Plan<T>& p) {
   for (std::size_t i = 0; i < p.steps.size();) {
@@ -384,7 +385,8 @@ void fuse_residual_adds(Plan<T>& p) {
     for (const auto& [main, other] : {std::pair{s.in, s.in2}, std::pair{s.in2, s.in}}) {
       if (s.kind != StepKind::add) break;
       const int c = detail::producer(p, main);
-      if (c < 0 || p.steps[static_cast<std::size_t>(c)].kind != StepKind::conv) continue;
+      const StepKind k = c < 0 ? StepKind::add : p.steps[static_cast<std::size_t>(c)].kind;
+      if (k != StepKind::conv && k != StepKind::linear) continue;
       auto& conv = p.steps[static_cast<std::size_t>(c)];
       if (conv.in2 >= 0 || conv.act.kind != Activation::identity || detail::uses(p)[static_cast<std::size_t>(main)] != 1 ||
           main == other || detail::producer(p, other) >= c)
@@ -405,7 +407,7 @@ void fuse_activations(Plan<T>& p) {
   for (std::size_t i = 0; i < p.steps.size();) {
     const auto& s = p.steps[i];
     auto* prev = s.kind == StepKind::activation ? detail::sole_producer(p, s.in) : nullptr;
-    const bool epilogue = prev && prev->kind == StepKind::linear &&
+    const bool epilogue = prev && prev->kind == StepKind::linear && prev->in2 < 0 &&
                           (s.act.kind == Activation::relu || s.act.kind == Activation::gelu_tanh);
     if (!prev || !(prev->kind == StepKind::conv || epilogue) || prev->act.kind != Activation::identity) {
       ++i;

@@ -1,10 +1,12 @@
-// linear_forward / linear_backward / linear_activation_forward: dispatch on the tensors' device
-// (CPU: Eigen; CUDA: cuBLASLt with the bias and activation fused as epilogues).
+// linear_forward / linear_backward / linear_activation_forward / linear_residual_forward:
+// dispatch on the tensors' device (CPU: Eigen; CUDA: cuBLASLt with the bias and activation fused
+// as epilogues, a residual read as its C operand).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
 
 #include "cutrain/cpu/activation.hpp"
+#include "cutrain/cpu/elementwise.hpp"
 #include "cutrain/cpu/linear.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
@@ -88,6 +90,31 @@ Tensor<T> linear_activation_forward(const Tensor<T>& x, const Tensor<T>& w, cons
         return y;
       }),
       x, w, bias);
+}
+
+// x w^T + bias + residual (residual [N, out], any layout); bias may be undefined. On the CPU:
+// linear_forward, then add. On CUDA: one cuBLASLt matmul that reads the residual as its C operand
+// (beta 1) with the bias in its epilogue: a transformer's residual add in the projection's pass.
+template <class T>
+Tensor<T> linear_residual_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias,
+                                  const Tensor<T>& residual) {
+  constexpr std::string_view op = "linear_residual_forward";
+  detail::check_linear_inputs(op, x, w);
+  if (bias.defined()) check::shape(op, bias, Shape{w.dim(0)}, "bias");
+  check::defined(op, residual, "residual");
+  check::shape(op, residual, Shape{x.dim(0), w.dim(0)}, "residual");
+  return detail::dispatch<Tensor<T>>(
+      op,
+      [](const auto& x, const auto& w, const auto& bias, const auto& r) {
+        return cpu::add(cpu::linear_forward(x, w, bias), r);
+      },
+      CUTRAIN_IF_CUDA([&](const auto& x, const auto& w, const auto& bias, const auto& r) {
+        Tensor<T> y = detail::device_output<T>(Shape{x.dim(0), w.dim(0)}, x);
+        const Tensor<T> rows = r.contiguous(Layout::row_major);
+        cuda::cublas::linear_forward(x, w, bias, Activation::identity, y, op, &rows);
+        return y;
+      }),
+      x, w, bias, residual);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -106,13 +106,15 @@ void bias_grad_by_matmul(const Tensor<T>& dy, std::int64_t ld_dy, Tensor<T>& db,
 
 }  // namespace detail
 
-// y = act(x w^T + bias) with the bias (when defined) and act fused into the matmul's epilogue.
-// act: identity, relu or gelu_tanh (cuBLASLt's GELU epilogue is the tanh approximation); any
-// other activation, or a combination cuBLASLt has no algorithm for, throws NotImplemented that
-// names it (the epilogue is never dropped silently). y [N, out] is written on current_stream().
+// y = act(x w^T + bias [+ residual]) with the bias (when defined) and act fused into the matmul's
+// epilogue, and the residual (when given: [N, out] with packed rows, not y) read as cuBLASLt's C
+// operand with beta 1. act: identity, relu or gelu_tanh (cuBLASLt's GELU epilogue is the tanh
+// approximation); any other activation, or a combination cuBLASLt has no algorithm for, throws
+// NotImplemented that names it (the epilogue is never dropped silently). y [N, out] is written on
+// current_stream().
 template <GpuFloat T>
 void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, Activation act, Tensor<T>& y,
-                    std::string_view op = "linear_forward") {
+                    std::string_view op = "linear_forward", const Tensor<T>* residual = nullptr) {
   using namespace detail;
   cutrain::check::rank(op, x, 2, "x");
   cutrain::check::rank(op, w, 2, "w");
@@ -123,6 +125,12 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
   if (has_bias) cutrain::check::shape(op, bias, Shape{out}, "bias");
   cutrain::check::shape(op, y, Shape{N, out}, "y");
   const Device dev = has_bias ? cutrain::check::same_device(op, x, w, bias, y) : cutrain::check::same_device(op, x, w, y);
+  if (residual) {
+    cutrain::check::shape(op, *residual, Shape{N, out}, "residual");
+    cutrain::check::same_device(op, *residual, y);
+    CUTRAIN_REQUIRE(row_stride(*residual) > 0 && residual->data() != y.data(), InvalidArgument, op, "residual ",
+                    residual->describe(), " must have packed rows and must not be y");
+  }
   CUTRAIN_REQUIRE(dev.is_cuda(), DeviceError, op, "cuda::cublas needs CUDA tensors, got x ", x.describe());
   CUTRAIN_REQUIRE(row_stride(y) > 0, InvalidArgument, op, "y ", y.describe(),
                   " must have packed rows (column stride 1, row stride >= ", out, ")");
@@ -139,6 +147,7 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
   }
   if (N == 0 || out == 0) return;
   cutrain::detail::DeviceGuard guard(dev.index);
+  CUTRAIN_REQUIRE(!residual || in > 0, InvalidArgument, op, "a residual needs x with features, got ", x.describe());
 
   if (in == 0) {
     // Nothing to multiply (cuBLASLt wants k >= 1): every row is act(bias), or act(0) = 0.
@@ -178,11 +187,17 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
   s.align_b = alignment(xs.data());
   s.align_d = alignment(y.data());
   if (has_bias) s.align_bias = alignment(bs.data());
+  if (residual) {  // C: column-major out x N, as D
+    s.ldc = row_stride(*residual);
+    s.align_c = alignment(residual->data());
+  }
   MatmulPlan& p = cached_plan(dev.index, s, has_bias ? bs.data() : nullptr, op);
   if (!p.found)
-    throw NotImplemented(op, cat("cuBLASLt has no algorithm for linear + ", has_bias ? "bias + " : "", act, " (",
-                                 s.describe(), ") with x ", x.describe(), ", w ", w.describe()));
-  run(p, s, dev.index, ws.data(), xs.data(), y.data(), has_bias ? bs.data() : nullptr, op);
+    throw NotImplemented(op, cat("cuBLASLt has no algorithm for linear + ", has_bias ? "bias + " : "",
+                                 residual ? "residual + " : "", act, " (", s.describe(), ") with x ", x.describe(),
+                                 ", w ", w.describe()));
+  run(p, s, dev.index, ws.data(), xs.data(), y.data(), has_bias ? bs.data() : nullptr, op, 1.0f, residual ? 1.0f : 0.0f,
+      residual ? residual->data() : nullptr);
 }
 
 // dx = dy w, dw = dy^T x and, when has_bias, db = sum over the batch of dy, on current_stream().
