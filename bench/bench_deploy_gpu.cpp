@@ -94,13 +94,25 @@ int run_gpt(const std::vector<std::int64_t>& batches) {
     const double e = median_ms([&] { (void)eager(tokens); });
     const double g = median_ms([&] { (void)graphed(tokens); });
     const double u = median_ms([&] { (void)plain(tokens); });
+    const auto h = cast<bfloat16>(Tensor<float>::randn(Shape{n, s, 384}, data, 1.0)).to(Device::cuda(0));
+    const double bg = median_ms([&] { (void)graphed.body()(h); });
     std::printf("%s\n {\"batch\": %lld, \"model_ms\": %.4f, \"engine_ms\": %.4f, \"engine_graph_ms\": %.4f, "
-                "\"unfused_graph_ms\": %.4f}",
-                k ? "," : "", static_cast<long long>(n), m, e, g, u);
+                "\"unfused_graph_ms\": %.4f, \"body_graph_ms\": %.4f}",
+                k ? "," : "", static_cast<long long>(n), m, e, g, u, bg);
   }
   std::printf("\n], \"activations\": {\"planned_bytes\": %lld, \"all_bytes\": %lld}}\n",
               static_cast<long long>(eager.body().memory().arena), static_cast<long long>(eager.body().memory().total));
   std::fputs(graphed.report().c_str(), stderr);
+  for (const std::int64_t n : {batches.front(), largest}) {
+    std::vector<std::int32_t> t(static_cast<std::size_t>(n * s));
+    for (auto& v : t) v = static_cast<std::int32_t>(data.uniform() * 65) % 65;
+    const auto tokens = Tensor<std::int32_t>::from_vector(t, Shape{n, s}).to(Device::cuda(0));
+    profile::Session prof;
+    for (int i = 0; i < 20; ++i) (void)eager(tokens);
+    prof.stop();
+    std::fprintf(stderr, "\n-- profile: bf16 GPT engine, 20 eager calls at batch %lld\n%s", static_cast<long long>(n),
+                 prof.table().c_str());
+  }
   return 0;
 }
 

@@ -114,13 +114,30 @@ TEST_CASE("gpu deploy engine: a GPT engine matches the CPU engine in f64", "[gpu
   INFO(bf16.report());
   check_close("gpt bf16, captured", bf16(tokens.to(Device::cuda(0))), want, 6e-2);
   check_close("gpt bf16, replayed", bf16(tokens.to(Device::cuda(0))), want, 6e-2);
-  CHECK(bf16.body().captured().size() == 1);
+  CHECK(bf16.captured().size() == 1);  // the lookup and the body in one graph
+  CHECK(bf16.body().captured().empty());
+  CHECK_THAT(bf16.report(), Catch::Contains("nodes (token lookup and body)"));
   TempDir dir("engine_file_gpt_gpu");  // the file gives the same bits
   deploy::save_engine(bf16, dir / "gpt.engine");
   const auto loaded = deploy::load_gpt_engine<bfloat16>(dir / "gpt.engine");
   check_close("gpt bf16, loaded", loaded(tokens.to(Device::cuda(0))), cast<double>(bf16(tokens.to(Device::cuda(0))).to(Device::cpu())),
               0.0);
   CHECK_THROWS_AS(bf16(tokens), DeviceError);  // tokens on the CPU
+  // A token out of range: the check runs on the GPU with the forward and is read at the call's end,
+  // eager and replayed; the next call with good tokens gives the right logits.
+  auto bad = t;
+  bad[21] = 37;
+  bad[40] = -2;
+  const auto bad_tokens = Tensor<std::int32_t>::from_vector(bad, Shape{4, 16}).to(Device::cuda(0));
+  for (const auto* e : {&f32, &loaded}) {
+    // f32 is eager; loaded replays graphs (captured at its first call above).
+    CHECK_THROWS_WITH((*e)(bad_tokens), Catch::Contains("deploy::GptEngine") &&
+                                            Catch::Contains("out of range [0, 37) (2 of the 64 tokens"));
+  }
+  CHECK_THROWS_AS(bf16(bad_tokens.slice(0, 0, 3)), InvalidArgument);  // a new batch size: captured, then checked
+  CHECK(bf16.captured().size() == 2);
+  check_close("gpt f32 after a bad call", f32(tokens.to(Device::cuda(0))), want, 1e-3);
+  check_close("gpt bf16 after a bad call", bf16(tokens.to(Device::cuda(0))), want, 6e-2);
 }
 
 TEST_CASE("gpu deploy engine: CUDA-graph replay per batch size matches the eager engine", "[gpu][deploy]") {

@@ -12,6 +12,7 @@
 #include "cutrain/autograd.hpp"
 #include "cutrain/core/view.hpp"
 #include "cutrain/cuda/kernels/index.hpp"
+#include "cutrain/ops/elementwise.hpp"
 #include "cutrain/ops/index.hpp"
 #include "cutrain/ops/shape_ops.hpp"
 
@@ -184,6 +185,44 @@ TEST_CASE("gpu shape ops: an embedding-sized lookup and its backward", "[gpu][sh
   const Tensor<bfloat16> dw2 = ops::index_select_backward(g, Shape{114, 384}, 0, chars_d);
   check_close("char embedding backward", dw2, ops::index_select_backward(gr, Shape{114, 384}, 0, chars));
   CHECK(ops::index_select_backward(g, Shape{114, 384}, 0, chars_d).to_vector() == dw2.to_vector());
+}
+
+namespace {
+// cuda::kernels::embedding against index_select and the broadcast add on the CPU: C = 16 takes
+// the 16-byte kernel in every dtype, C = 10 the scalar one; a token out of range gives NaNs.
+template <class T>
+void run_embedding(std::int64_t c, bool with_pos) {
+  const std::string tag = cutrain::detail::cat("embedding ", dtype_of<T>, " C ", c, with_pos ? " + pos" : "");
+  Rng rng(std::hash<std::string>{}(tag));
+  auto [table, tr] = random_pair<T>(Shape{7, c}, rng, Layout::row_major);
+  auto [pos, pr] = random_pair<T>(Shape{3, c}, rng, Layout::row_major);
+  std::vector<std::int32_t> ids(12);
+  for (auto& v : ids) v = static_cast<std::int32_t>(rng.uniform() * 7) % 7;
+  const auto idx = Tensor<std::int32_t>::from_vector(ids, {12});
+  Tensor<T> y(Shape{12, c}, {.device = gpu});
+  cuda::kernels::embedding(table, idx.to(gpu), with_pos ? pos : Tensor<T>(), y);
+  auto want = ops::index_select(tr, 0, idx);
+  if (with_pos) want = ops::add(want.reshape({4, 3, c}), pr).reshape({12, c});
+  check_close(tag, y, cast<double>(cast<T>(want)), 0.0);  // one rounding of an f32 sum, as the CPU's
+  ids[5] = 7;
+  cuda::kernels::embedding(table, Tensor<std::int32_t>::from_vector(ids, {12}).to(gpu), with_pos ? pos : Tensor<T>(), y);
+  const auto host = cast<double>(y.to(Device::cpu()));
+  for (std::int64_t k = 0; k < 12 * c; ++k) CHECK(std::isnan(host.data()[k]) == (k / c == 5));
+}
+}  // namespace
+
+TEST_CASE("gpu shape ops: the embedding kernel matches a lookup and a position add", "[gpu][shape_ops][index]") {
+  for (const std::int64_t c : {16, 10})
+    for (const bool p : {false, true}) {
+      run_embedding<float>(c, p);
+      run_embedding<bfloat16>(c, p);
+      run_embedding<half>(c, p);
+    }
+  Tensor<float> y(Shape{2, 4}, {.device = gpu});
+  const auto table = Tensor<float>::zeros({3, 4}, {.device = gpu});
+  const auto idx = Tensor<std::int32_t>::from_vector({0, 1}, {2}).to(gpu);
+  CHECK_THROWS_AS(cuda::kernels::embedding(table, idx, Tensor<float>::zeros({2, 5}, {.device = gpu}), y), InvalidArgument);
+  CHECK_THROWS_AS(cuda::kernels::embedding(table, idx, Tensor<float>(), y.slice(1, 0, 2)), InvalidArgument);
 }
 
 TEST_CASE("gpu shape ops: index values checked on the device, errors name the op", "[gpu][shape_ops][index]") {

@@ -19,9 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -46,7 +44,7 @@
 #include "cutrain/ops/softmax.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cuda_graph.hpp"
+#include "cutrain/deploy/graph_replay.hpp"
 #include "cutrain/cuda/cudnn/conv_fp8.hpp"
 #include "cutrain/cuda/kernels/quantize.hpp"
 #endif
@@ -104,6 +102,8 @@ void check_options(std::string_view op, const CompileOptions& o, std::int64_t ma
 
 template <class E>
 class Engine;
+template <class E>
+class GptEngine;
 namespace detail {
 template <class E, class T>
 Engine<E> engine_from(Plan<T> p, const CompileOptions& o);
@@ -147,9 +147,7 @@ class Engine {
   std::vector<std::pair<std::int64_t, std::size_t>> captured() const {
     std::vector<std::pair<std::int64_t, std::size_t>> r;
 #ifdef CUTRAIN_WITH_CUDA
-    if (!replays_) return r;
-    std::lock_guard lock(replays_->m);
-    for (const auto& [batch, c] : replays_->by_batch) r.emplace_back(batch, c->graph.nodes());
+    if (replays_) r = replays_->captured();
 #endif
     return r;
   }
@@ -198,6 +196,8 @@ class Engine {
   friend Engine<F> load_engine(const std::filesystem::path& path, std::optional<Device> device);  // engine_file.hpp
   template <class F>
   friend struct Quantizer;  // engine_fp8.hpp
+  template <class F>
+  friend class GptEngine;  // engine_gpt.hpp: its forward after the token lookup
 
   // The engine of a plan whose weights are in E on o.device, laid out for it (compile makes
   // them): the residual convolutions' fusion graphs, the memory plan, the
@@ -223,17 +223,20 @@ class Engine {
       if (life[v].first >= 0 || v == 0) bytes[v] = plan_.shapes[v].numel() * static_cast<std::int64_t>(sizeof(E));
     memory_ = plan_memory(std::move(bytes), life);
 #ifdef CUTRAIN_WITH_CUDA
-    if (o.cuda_graph) replays_ = std::make_shared<Replays>(o.device.index);
+    if (o.cuda_graph) replays_ = std::make_shared<detail::GraphReplays<E, E>>(o.device.index);
 #endif
   }
 
   // The plan's steps on x, each activation released after its last reader; observe (if given)
-  // sees each step's index and the values before it runs (the 8-bit calibration).
+  // sees each step's index and the values before it runs (the 8-bit calibration). first > 0: the
+  // steps from `first` on, x the output of step first - 1 (which the caller computed; the input
+  // must have no reader after it).
   template <class Observe = std::nullptr_t>
-  Tensor<E> forward(const Tensor<E>& x, const Observe& observe = nullptr) const {
+  Tensor<E> forward(const Tensor<E>& x, const Observe& observe = nullptr, std::size_t first = 0) const {
     std::vector<Tensor<E>> v(plan_.shapes.size());
-    v[0] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.rank() == 3 ? x.contiguous(Layout::row_major) : x.view();
-    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+    const auto in = static_cast<std::size_t>(first == 0 ? 0 : plan_.steps[first - 1].out);
+    v[in] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.rank() == 3 ? x.contiguous(Layout::row_major) : x.view();
+    for (std::size_t i = first; i < plan_.steps.size(); ++i) {
       const auto& s = plan_.steps[i];
       if constexpr (!std::is_same_v<Observe, std::nullptr_t>) observe(i, std::as_const(v));
       v[static_cast<std::size_t>(s.out)] = run(i, v);
@@ -245,55 +248,12 @@ class Engine {
   }
 
 #ifdef CUTRAIN_WITH_CUDA
-  // One batch size's captured forward: its input, its output (the graph's memory) and the graph.
-  struct Replay {
-    cuda::CudaGraph graph;  // first: destroyed last, after the tensors of its pool
-    Tensor<E> x, y;
-  };
-  struct Replays {
-    explicit Replays(int device) : stream(device) {}
-    cuda::Stream stream;
-    cuda::Event ready, done;  // the caller's stream up to the call; the engine's up to its replay
-    std::map<std::int64_t, std::unique_ptr<Replay>> by_batch;
-    std::mutex m;
-  };
-
-  // x copied into the batch's graph input on the caller's stream, the graph replayed on the
-  // engine's stream after it (captured first, after a warm-up run, at a batch's first call), the
-  // output copied out on the caller's stream after the replay.
   Tensor<E> replay(const Tensor<E>& x) const {
-    constexpr std::string_view op = "deploy::Engine";
-    Replays& r = *replays_;
-    std::lock_guard lock(r.m);
-    const cudaStream_t caller = cuda::current_stream(), own = r.stream.get();
-    auto& slot = r.by_batch[x.dim(0)];
-    const bool fresh = !slot;
-    if (fresh) {
-      slot = std::make_unique<Replay>();
-      slot->x = Tensor<E>(x.shape(), {.layout = x.rank() == 4 ? opt_.layout : Layout::row_major, .device = opt_.device});
-    }
-    slot->x.copy_from(x);
-    r.ready.record(caller);
-    {
-      cuda::StreamGuard on(own);
-      cuda::check(cudaStreamWaitEvent(own, r.ready.get(), 0), op, "cudaStreamWaitEvent");
-      if (fresh) {
-        try {
-          (void)forward(slot->x);  // plans built, kernels loaded, the workspace grown: none of it may be captured
-          slot->graph.capture([&] { slot->y = forward(slot->x); });
-        } catch (...) {
-          r.by_batch.erase(x.dim(0));
-          throw;
-        }
-      }
-      slot->graph.replay();
-      r.done.record(own);
-    }
-    cuda::check(cudaStreamWaitEvent(caller, r.done.get(), 0), op, "cudaStreamWaitEvent");
-    return slot->y.clone(slot->y.layout());
+    return replays_->replay(x, x.rank() == 4 ? opt_.layout : Layout::row_major,
+                            [this](const Tensor<E>& sx) { return forward(sx); });
   }
-
-  std::shared_ptr<Replays> replays_;  // cuda_graph: the captured batch sizes (shared: Engine moves)
+  // cuda_graph: the captured batch sizes (shared: Engine moves)
+  std::shared_ptr<detail::GraphReplays<E, E>> replays_;
 #endif
 
 #ifdef CUTRAIN_WITH_CUDA

@@ -133,10 +133,7 @@ struct Quantizer {
       if (o.keep_faster && s.e4m3_ms >= s.base_ms) demote(s);
     });
     e.quantized_ = o;
-    if (e.replays_) {  // graphs captured before hold the 16-bit steps
-      std::lock_guard lock(e.replays_->m);
-      e.replays_->by_batch.clear();
-    }
+    if (e.replays_) e.replays_->clear();  // graphs captured before hold the 16-bit steps
   }
 #endif
 };

@@ -16,10 +16,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "cutrain/deploy/engine.hpp"
 #include "cutrain/deploy/engine_file.hpp"
@@ -33,8 +36,9 @@ class GptEngine {
  public:
   // tokens int32 [n, S] (n in the compiled batch range, S the compiled length, values in
   // [0, vocab), on the engine's device) -> logits [n·S, vocab], as nn::GPT's forward in eval mode.
+  // On the GPU the tokens' range is checked by a kernel queued with the forward and read back at
+  // the end of the call (one synchronization, after all of the call's work is queued).
   Tensor<E> operator()(const Tensor<std::int32_t>& tokens) const {
-    constexpr std::string_view op = "deploy::GptEngine";
     check::defined(op, tokens, "tokens");
     const Shape& in = body_.plan().shapes[0];  // [N, S, C]
     const std::int64_t lo = body_.options().min_batch;
@@ -44,26 +48,90 @@ class GptEngine {
     CUTRAIN_REQUIRE(tokens.device() == body_.options().device, DeviceError, op, "tokens ", tokens.describe(),
                     " are not on the engine's device ", body_.options().device);
     const std::int64_t n = tokens.dim(0), s = in[1], c = in[2];
+    const Shape logits{n * s, wte().dim(0)};
+#ifdef CUTRAIN_WITH_CUDA
+    if (gpu_) return gpu_call(tokens).reshape(logits);
+#endif
     const Tensor<std::int32_t> flat = tokens.contiguous(Layout::row_major).reshape(Shape{n * s});
-    return body_(ops::index_select(wte(), 0, flat).reshape(Shape{n, s, c})).reshape(Shape{n * s, wte().dim(0)});
+    return body_(ops::index_select(wte(), 0, flat).reshape(Shape{n, s, c})).reshape(logits);
   }
 
   // The engine of the position add, the blocks, ln_f and the head, over [n, S, C].
   const Engine<E>& body() const { return body_; }
-  // The embeddings, then the body's report (its steps, what was fused, the memory plan).
+  // The batch sizes captured as CUDA graphs so far (cuda_graph: the token lookup and the body in
+  // one graph per batch size), with each graph's node count.
+  std::vector<std::pair<std::int64_t, std::size_t>> captured() const {
+#ifdef CUTRAIN_WITH_CUDA
+    if (gpu_ && gpu_->replays) return gpu_->replays->captured();
+#endif
+    return {};
+  }
+  // The embeddings, then the body's report (its steps, what was fused, the memory plan), then the
+  // captured graphs.
   std::string report() const {
-    return cutrain::detail::cat("token lookup: wte ", wte().shape(), " (the head's weight)\n") + body_.report();
+    std::string r = cutrain::detail::cat("token lookup: wte ", wte().shape(), " (the head's weight)\n") + body_.report();
+    for (const auto& [batch, nodes] : captured())
+      r += cutrain::detail::cat("cuda graph: batch ", batch, ", ", nodes, " nodes (token lookup and body)\n");
+    return r;
   }
 
  private:
+  static constexpr std::string_view op = "deploy::GptEngine";
+
   template <class F, class T>
   friend GptEngine<F> compile(const nn::GPT<T>& model, const Shape& tokens_shape, const CompileOptions& o);
   template <class F>
   friend GptEngine<F> load_gpt_engine(const std::filesystem::path& path, std::optional<Device> device);
-  explicit GptEngine(Engine<E> body) : body_(std::move(body)) {}
+  explicit GptEngine(Engine<E> body) : body_(std::move(body)) {
+#ifdef CUTRAIN_WITH_CUDA
+    const CompileOptions& o = body_.options();
+    if (o.device.is_cpu()) return;
+    gpu_ = std::make_shared<Gpu>();
+    gpu_->report = Tensor<std::int32_t>(Shape{4}, {.device = o.device});
+    if (o.cuda_graph) gpu_->replays = std::make_unique<detail::GraphReplays<std::int32_t, E>>(o.device.index);
+#endif
+  }
 
   // The token table [vocab, C]: the head's weight (the plan's last step), in E on the device.
   const Tensor<E>& wte() const { return body_.plan().steps.back().w; }
+
+#ifdef CUTRAIN_WITH_CUDA
+  struct Gpu {
+    std::mutex m;                // a call's report is read before the next call's is queued
+    Tensor<std::int32_t> report;  // cuda::kernels::index_range_count's, read at the end of each call
+    std::unique_ptr<detail::GraphReplays<std::int32_t, E>> replays;  // cuda_graph
+  };
+
+  // The range count, the lookup with the position add (the body's first step: one kernel; a NaN
+  // row for a token out of range) and the rest of the body on tokens [n, S]: all queued, nothing
+  // read back (what the CUDA graph captures).
+  Tensor<E> gpu_forward(const Tensor<std::int32_t>& tokens) const {
+    const std::int64_t n = tokens.dim(0), s = tokens.dim(1), c = wte().dim(1);
+    const Tensor<std::int32_t> flat = tokens.contiguous(Layout::row_major).reshape(Shape{n * s});
+    Tensor<E> h(Shape{n * s, c}, {.device = tokens.device()});
+    {
+      profile::OpScope timed("embedding (token lookup, position add, range count)", tokens.device());
+      cuda::kernels::index_range_count(flat, wte().dim(0), gpu_->report);
+      cuda::kernels::embedding(wte(), flat, body_.plan().steps.front().w, h);
+    }
+    return body_.forward(h.reshape(Shape{n, s, c}), nullptr, 1);
+  }
+
+  Tensor<E> gpu_call(const Tensor<std::int32_t>& tokens) const {
+    std::lock_guard lock(gpu_->m);
+    Tensor<E> y = gpu_->replays ? gpu_->replays->replay(tokens, Layout::row_major,
+                                                        [this](const Tensor<std::int32_t>& t) { return gpu_forward(t); })
+                                : gpu_forward(tokens);
+    // Under a caller's graph capture nothing can be read: an out-of-range token's logits are NaN.
+    if (cutrain::detail::device_capturing()) return y;
+    const auto [bad, value] = cuda::kernels::read_index_report(gpu_->report);
+    CUTRAIN_REQUIRE(bad == 0, InvalidArgument, op, "token ", value, " is out of range [0, ", wte().dim(0), ") (", bad,
+                    " of the ", tokens.numel(), " tokens of ", tokens.describe(), ")");
+    return y;
+  }
+
+  std::shared_ptr<Gpu> gpu_;  // shared: GptEngine moves
+#endif
 
   Engine<E> body_;
 };
@@ -93,7 +161,8 @@ void save_engine(const GptEngine<E>& engine, const std::filesystem::path& path) 
 
 // The GptEngine in path (save_engine's), on device (default: the kind it was saved for). As
 // load_engine; also IoError for an engine file that is not a GPT's body (its first step the
-// position add on [N, S, C], its last the head, with no bias, writing the output).
+// position add on [N, S, C], the only reader of the input, its last the head, with no bias,
+// writing the output).
 template <class E>
 GptEngine<E> load_gpt_engine(const std::filesystem::path& path, std::optional<Device> device = std::nullopt) {
   Engine<E> body = load_engine<E>(path, device);
@@ -103,7 +172,7 @@ GptEngine<E> load_gpt_engine(const std::filesystem::path& path, std::optional<De
                    p.steps.front().kind == StepKind::add_constant && p.steps.front().in == 0 &&
                    p.steps.back().kind == StepKind::linear && !p.steps.back().b.defined() &&
                    p.steps.back().act.kind == Activation::identity && p.steps.back().out == p.output &&
-                   p.steps.back().w.dim(1) == in[2];
+                   p.steps.back().w.dim(1) == in[2] && body.memory().life[0].second == 0;
   if (!gpt)
     throw IoError("load_gpt_engine", cutrain::detail::cat(path.string(), ": the engine in it is not a GPT's (model \"",
                                                           p.model, "\", input ", in, ")"));

@@ -13,6 +13,7 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/cudnn/norm.hpp"
+#include "cutrain/cuda/kernels/layer_norm.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::ops {
@@ -76,13 +77,13 @@ LayerNormForward<T, S> layer_norm_rows_forward(std::string_view op, const Tensor
       op, [&](const auto& x, const auto& gamma, const auto& beta) { return cpu::layer_norm_forward(x, gamma, beta, eps); },
       CUTRAIN_IF_CUDA([&](const auto& x, const auto& gamma, const auto& beta) {
         const Device dev = x.device();
-        // cuDNN's layer norm (9.19, H200) gave wrong results for NHWC x and has no NHWC backward:
-        // it runs on a row-major (NCHW) copy, and y goes back to x's layout.
+        // cutrain's kernel (cuda/kernels/layer_norm.hpp says why not cuDNN's) on a row-major copy
+        // of an NHWC x; y goes back to x's layout.
         const auto xs = contiguous_aligned(x, Layout::row_major);
         LayerNormForward<T, S> r{Tensor<T>(x.shape(), {.device = dev}), Tensor<S>(Shape{x.dim(0)}, {.device = dev}),
                                  Tensor<S>(Shape{x.dim(0)}, {.device = dev})};
-        cuda::cudnn::layer_norm_forward(xs, contiguous_aligned(gamma, Layout::row_major),
-                                        contiguous_aligned(beta, Layout::row_major), eps, r.y, r.mean, r.inv_std);
+        cuda::kernels::layer_norm_forward(xs, gamma.contiguous(Layout::row_major), beta.contiguous(Layout::row_major),
+                                          eps, r.y, &r.mean, &r.inv_std);
         if (elementwise_layout(x) == Layout::nhwc) r.y = r.y.contiguous(Layout::nhwc);
         return r;
       }),

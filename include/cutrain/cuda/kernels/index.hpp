@@ -5,7 +5,9 @@
 // values. Backward is deterministic: each dx element sums the dy positions its index names in
 // index order. gather's scans the index along dim per dx element (O(dx elements x index
 // positions)); index_select's reads the index once per row of dx and tile of up to 512 of its
-// elements (O(rows x index positions), a block per row; see docs/ops/shape_ops.md).
+// elements (O(rows x index positions), a block per row; see docs/ops/shape_ops.md). embedding:
+// the dense fast path of a token lookup (rows of a table, a position row added), for
+// deploy::GptEngine.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
@@ -80,28 +83,43 @@ void require_row_major_output(std::string_view op, const Tensor<T>& t, const Sha
 }
 }  // namespace detail
 
-// How many values of index lie outside [0, limit), and one of them (any one). Reads 16 bytes
-// back to the host: synchronizes the current stream.
-inline std::pair<std::int64_t, std::int64_t> index_range_check(const Tensor<std::int32_t>& index, std::int64_t limit) {
-  constexpr std::string_view op = "cuda::kernels::index_range_check";
+// Queues the count of index values outside [0, limit) into report (int32 [4] on index's device,
+// read as two 64-bit values: the count and one of the values, any one), zeroing it first. Nothing
+// is read back: capturable in a CUDA graph.
+inline void index_range_count(const Tensor<std::int32_t>& index, std::int64_t limit, Tensor<std::int32_t>& report) {
+  constexpr std::string_view op = "cuda::kernels::index_range_count";
   detail::require_cuda_input(op, index, "index");
-  if (index.numel() == 0) return {0, 0};
+  detail::require_output(op, report, Shape{4}, index.device(), "report");
+  CUTRAIN_REQUIRE(index.rank() <= 8, InvalidArgument, op, "the kernel takes rank 0 to 8, got ", index.describe());
+  cutrain::zero_bytes(report.data(), report.device(), 4 * sizeof(std::int32_t));
+  if (index.numel() == 0) return;
   detail::IndexArgs a{};
   a.n = index.numel();
   a.rank = index.rank();
-  CUTRAIN_REQUIRE(index.rank() <= 8, InvalidArgument, op, "the kernel takes rank 0 to 8, got ", index.describe());
   for (int d = 0; d < index.rank(); ++d) {
     a.size[d] = index.dim(d);
     a.idx_stride[d] = index.strides()[static_cast<std::size_t>(d)];
   }
-  Tensor<std::int32_t> report = Tensor<std::int32_t>::zeros({4}, {.device = index.device()});
   const int* id = index.data();
   auto* rd = reinterpret_cast<unsigned long long*>(report.data());
   detail::launch_index<float>(op, "cutrain_index_check", a, index.device(), id, static_cast<long long>(limit), rd);
+}
+
+// index_range_count's report read on the host (a stream synchronization): {count, a value}.
+inline std::pair<std::int64_t, std::int64_t> read_index_report(const Tensor<std::int32_t>& report) {
   const std::vector<std::int32_t> host = report.to_vector();
   std::int64_t r[2];
   std::memcpy(r, host.data(), sizeof r);
   return {r[0], r[1]};
+}
+
+// How many values of index lie outside [0, limit), and one of them (any one). Reads 16 bytes
+// back to the host: synchronizes the current stream.
+inline std::pair<std::int64_t, std::int64_t> index_range_check(const Tensor<std::int32_t>& index, std::int64_t limit) {
+  if (index.numel() == 0) return {0, 0};
+  Tensor<std::int32_t> report(Shape{4}, {.device = index.device()});
+  index_range_count(index, limit, report);
+  return read_index_report(report);
 }
 
 // y = x with position j of dim taken from position index[j] (index 1-d). y: row-major.
@@ -119,6 +137,41 @@ void index_select(const Tensor<T>& x, int dim, const Tensor<std::int32_t>& index
   const int* id = index.data();
   T* yd = y.data();
   detail::launch_index<T>(op, "cutrain_index_select", a, x.device(), xd, id, yd);
+}
+
+// An embedding lookup: y [R, C] = table[index[r]] (+ pos[r % pos.dim(0)] when pos is defined) for
+// index int32 [R], table [V, C] and pos [P, C], all dense row-major on one device. A token outside
+// [0, V) gives a NaN row (check the index with index_range_count). One kernel: the position add
+// rides on the lookup.
+template <GpuFloat T>
+void embedding(const Tensor<T>& table, const Tensor<std::int32_t>& index, const Tensor<T>& pos, Tensor<T>& y) {
+  constexpr std::string_view op = "cuda::kernels::embedding";
+  const auto dense = [](const auto& t) { return t.layout() == Layout::row_major || t.numel() <= 1; };
+  detail::require_cuda_input(op, table, "table");
+  detail::require_cuda_input(op, index, "index");
+  CUTRAIN_REQUIRE(table.rank() == 2 && dense(table) && index.rank() == 1 && dense(index), InvalidArgument, op,
+                  "table must be a row-major [V, C] and index a dense [R], got ", table.describe(), " and ",
+                  index.describe());
+  const std::int64_t R = index.dim(0), C = table.dim(1);
+  CUTRAIN_REQUIRE(!pos.defined() || (pos.rank() == 2 && pos.dim(1) == C && pos.dim(0) > 0 && dense(pos)), InvalidArgument,
+                  op, "pos must be a row-major [P, ", C, "], got ", pos.describe());
+  CUTRAIN_REQUIRE(index.device() == table.device() && (!pos.defined() || pos.device() == table.device()), DeviceError,
+                  op, "table ", table.describe(), ", index ", index.describe(), " and pos must be on one device");
+  detail::require_row_major_output(op, y, Shape{R, C}, table.device(), "y");
+  if (R == 0 || C == 0) return;
+  constexpr std::int64_t V = 16 / sizeof(T);
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const bool vec = C % V == 0 && aligned(table.data()) && aligned(y.data()) && (!pos.defined() || aligned(pos.data()));
+  const int dev = table.device().index;
+  DeviceScope scope(dev);
+  const T* td = table.data();
+  const T* pd = pos.defined() ? pos.data() : nullptr;
+  const int* id = index.data();
+  T* yd = y.data();
+  const long long period = pos.defined() ? pos.dim(0) : 1;
+  launch(function(dev, detail::index_program<T>(), vec ? "cutrain_embedding_vec" : "cutrain_embedding"),
+         grid_for(R * (vec ? C / V : C)), 256u, op, td, pd, id, yd, static_cast<long long>(R), static_cast<long long>(C),
+         period, static_cast<long long>(table.dim(0)));
 }
 
 // dx (row-major, x's shape) = zeros + dy at positions j added into position index[j] of dim.

@@ -35,6 +35,49 @@ __device__ __forceinline__ void index_coords(const cutrain_index_args& a, long l
   }
 }
 
+constexpr int VMAX = 16 / sizeof(T);
+template <int V>
+struct alignas(V * sizeof(T)) Pack {
+  T v[V];
+};
+
+// An embedding lookup of R tokens: y[r, :] = table[index[r], :] + pos[r % period, :] (no pos:
+// the row as it is), rows of C elements, table, pos and y dense row-major, index dense. A token
+// outside [0, limit) gives a NaN row. One thread per V adjacent elements (16-byte accesses for V >
+// 1: the host checks C and the alignment), grid-stride; the add in f32, rounded once.
+template <int V>
+__device__ __forceinline__ void embedding_rows(const T* table, const T* pos, const int* index, T* y, long long R,
+                                               long long C, long long period, long long limit) {
+  const long long packs = C / V;
+  for (long long i = thread_index(); i < R * packs; i += grid_stride()) {
+    const long long r = i / packs, c = (i - r * packs) * V;
+    const int v = index[r];
+    Pack<V> out;
+    if (v < 0 || v >= limit) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) store(&out.v[k], __int_as_float(0x7fc00000));
+    } else {
+      out = *reinterpret_cast<const Pack<V>*>(table + v * C + c);
+      if (pos) {
+        const Pack<V> p = *reinterpret_cast<const Pack<V>*>(pos + (r % period) * C + c);
+#pragma unroll
+        for (int k = 0; k < V; ++k) store(&out.v[k], to_f32(out.v[k]) + to_f32(p.v[k]));
+      }
+    }
+    *reinterpret_cast<Pack<V>*>(y + r * C + c) = out;
+  }
+}
+
+extern "C" __global__ void cutrain_embedding(const T* table, const T* pos, const int* index, T* y, long long R,
+                                             long long C, long long period, long long limit) {
+  embedding_rows<1>(table, pos, index, y, R, C, period, limit);
+}
+
+extern "C" __global__ void cutrain_embedding_vec(const T* table, const T* pos, const int* index, T* y, long long R,
+                                                 long long C, long long period, long long limit) {
+  embedding_rows<VMAX>(table, pos, index, y, R, C, period, limit);
+}
+
 // y[i] = x at y's coordinates, with coordinate dim replaced by index[c_dim].
 extern "C" __global__ void cutrain_index_select(const T* x, const int* index, T* y, cutrain_index_args a) {
   long long c[8];

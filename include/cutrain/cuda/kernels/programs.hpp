@@ -20,6 +20,7 @@
 #include "cutrain/cuda/kernels/dropout_cuh.hpp"
 #include "cutrain/cuda/kernels/elementwise_cuh.hpp"
 #include "cutrain/cuda/kernels/index_cuh.hpp"
+#include "cutrain/cuda/kernels/layer_norm_cuh.hpp"
 #include "cutrain/cuda/kernels/optim_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_dilated_cuh.hpp"
@@ -126,6 +127,14 @@ inline Program batch_norm_inference(std::string_view t) {
                        "cutrain_batch_norm_inference_planes", "cutrain_batch_norm_inference_planes_vec"});
 }
 
+// Layer norm forward over the rows of a row-major [R, d] tensor, with the semantics of
+// cpu/layer_norm.hpp: one warp per row, f32 arithmetic in a fixed order; the _vec kernel moves
+// VMAX adjacent elements per access (the host checks d and the alignment).
+inline Program layer_norm(std::string_view t) {
+  return make_program("layer_norm", source::layer_norm, {{"T", t}},
+                      {"cutrain_layer_norm_forward", "cutrain_layer_norm_forward_vec"});
+}
+
 // Activations over n elements laid out alike, forward and backward, with the semantics of
 // cpu/activation.hpp in f32: where cuDNN has no engine for the pointwise node (tiny tensors).
 inline Program activation(std::string_view t) {
@@ -179,11 +188,13 @@ inline Program reduce(std::string_view t) {
 // index_select and gather over strided tensors (rank <= 8) with int32 indices, forward (a copy
 // per element) and backward (each dx element adds, in f32 and in index order, the dy elements
 // whose index names it: deterministic), and the range check of an index (a count of the bad
-// values and one of them, for the host to read back).
+// values and one of them, for the host to read back); an embedding lookup of dense rows with an
+// optional position add (the _vec kernel: 16-byte accesses).
 inline Program index(std::string_view t) {
   return make_program("index", source::index, {{"T", t}},
                       {"cutrain_index_select", "cutrain_gather", "cutrain_index_select_backward",
-                       "cutrain_index_partial_sum", "cutrain_gather_backward", "cutrain_index_check"});
+                       "cutrain_index_partial_sum", "cutrain_gather_backward", "cutrain_index_check",
+                       "cutrain_embedding", "cutrain_embedding_vec"});
 }
 
 // x / scale as FP8 e4m3 bytes (core/fp8.hpp's rounding), for the deploy engine's 8-bit convolutions.
@@ -206,6 +217,7 @@ inline std::vector<Program> all_programs() {
     all.push_back(programs::pool2d(t));
     all.push_back(programs::pool2d_dilated(t));
     all.push_back(programs::batch_norm_inference(t));
+    all.push_back(programs::layer_norm(t));
     all.push_back(programs::softmax(t));
     all.push_back(programs::reduce(t));
     all.push_back(programs::activation(t));
