@@ -18,9 +18,12 @@
 
 namespace cutrain::test {
 
-inline void randomize(nn::Sequential<double>& net, Rng& rng) {
+// Any f64 module with visit_params and visit_buffers (a Sequential, a GPT): parameters uniform in
+// [-scale, scale].
+template <class Module>
+void randomize(Module& net, Rng& rng, double scale = 0.5) {
   net.visit_params("", [&](const std::string&, autograd::Var<double>& p) {
-    p.value().copy_from(Tensor<double>::uniform(p.value().shape(), rng, -0.5, 0.5));
+    p.value().copy_from(Tensor<double>::uniform(p.value().shape(), rng, -scale, scale));
   });
   net.visit_buffers("", [&](const std::string& name, Tensor<double>& t) {
     const bool var = name.find("running_var") != std::string::npos;

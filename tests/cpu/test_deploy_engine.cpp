@@ -231,9 +231,7 @@ TEST_CASE("deploy engine: transformer blocks and attention match the model (f64)
 TEST_CASE("deploy engine: a GPT over tokens matches the model's logits (f64)", "[deploy]") {
   Rng rng(36);
   nn::GPT<double> gpt({.vocab = 11, .context = 8, .dim = 16, .heads = 2, .layers = 2, .attn_dropout = 0.1, .seed = 5});
-  gpt.visit_params("", [&](const std::string&, autograd::Var<double>& p) {
-    p.value().copy_from(Tensor<double>::uniform(p.value().shape(), rng, -0.5, 0.5));
-  });
+  test::randomize(gpt, rng);
   gpt.eval();
   const auto engine = deploy::compile<double>(gpt, Shape{3, 6});
   const std::string r = engine.report();

@@ -123,6 +123,12 @@ void check_case(const Case& c, Rng& rng) {
   const auto ref = cpu::attention_forward(qr, kr, vr, geom);
   const auto gref = cpu::attention_backward(qr, kr, vr, ref.o, dr, ref.stats, geom);
   check_close(name + " o", r.o, ref.o);
+  if (c.p.dropout == 0) {  // the inference graph (no statistics) gives the same o
+    const auto fallbacks1 = cuda::cudnn::kernel_fallbacks().load();
+    check_close(name + " o for inference", ops::scaled_dot_product_attention_inference(q, k, v, c.p, lg), ref.o);
+    if (!std::is_same_v<T, float>)  // cuDNN ran it where it ran the forward
+      CHECK((cuda::cudnn::kernel_fallbacks().load() == fallbacks1) == fused);
+  }
   check_close(name + " stats", valid_stats(r.stats, c), valid_stats(ref.stats, c), tolerance<T>);
   const double grad_tol = 2 * tolerance<T>;
   check_close(name + " dq", g.dq, gref.dq, grad_tol);

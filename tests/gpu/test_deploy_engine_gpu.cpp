@@ -100,9 +100,7 @@ TEST_CASE("gpu deploy engine: transformer blocks match the CPU engine; graphs an
 TEST_CASE("gpu deploy engine: a GPT engine matches the CPU engine in f64", "[gpu][deploy]") {
   Rng rng(46);
   nn::GPT<double> gpt({.vocab = 37, .context = 16, .dim = 64, .heads = 4, .layers = 2, .seed = 6});
-  gpt.visit_params("", [&](const std::string&, autograd::Var<double>& p) {
-    p.value().copy_from(Tensor<double>::uniform(p.value().shape(), rng, -0.3, 0.3));
-  });
+  test::randomize(gpt, rng, 0.3);
   const auto cpu = deploy::compile<double>(gpt, Shape{4, 16});
   std::vector<std::int32_t> t(4 * 16);
   for (auto& v : t) v = static_cast<std::int32_t>(rng.uniform() * 37) % 37;

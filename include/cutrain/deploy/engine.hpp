@@ -346,10 +346,10 @@ class Engine {
   static Tensor<E> attention(const Step<E>& s, const Tensor<E>& x) {
     const std::int64_t b = x.dim(0), n = x.dim(1), c = x.dim(2) / 3;
     const Tensor<E> qkv = x.contiguous(Layout::row_major).reshape(Shape{b, n, 3, s.heads, c / s.heads});
-    const auto r = ops::scaled_dot_product_attention_forward(autograd::detail::qkv_part(qkv, 0),
-                                                             autograd::detail::qkv_part(qkv, 1),
-                                                             autograd::detail::qkv_part(qkv, 2), {.causal = s.causal});
-    return permute(r.o, {0, 2, 1, 3}).contiguous(Layout::row_major).reshape(Shape{b, n, c});
+    const Tensor<E> o = ops::scaled_dot_product_attention_inference(autograd::detail::qkv_part(qkv, 0),
+                                                                    autograd::detail::qkv_part(qkv, 1),
+                                                                    autograd::detail::qkv_part(qkv, 2), {.causal = s.causal});
+    return permute(o, {0, 2, 1, 3}).contiguous(Layout::row_major).reshape(Shape{b, n, c});
   }
 
   Plan<E> plan_;

@@ -156,10 +156,10 @@ inline Tensor<std::int32_t> attention_seed_offset(std::string_view op, const cpu
 template <class T>
 bool attention_forward_cudnn(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                              const cpu::detail::AttentionGeometry& g, const AttentionLengths& lens,
-                             AttentionForward<T, float>& r, Tensor<float>* rng_dump = nullptr) {
+                             AttentionForward<T, float>& r, Tensor<float>* rng_dump = nullptr, bool stats = true) {
   const DeviceLengths dl = attention_device_lengths(g, lens, q.device());
   const Tensor<std::int32_t> seed = attention_seed_offset("scaled_dot_product_attention", g, q.device());
-  r = {attention_like(q, g.Dv), Tensor<float>(Shape{g.B, g.H, g.Sq}, {.device = q.device()})};
+  r = {attention_like(q, g.Dv), stats ? Tensor<float>(Shape{g.B, g.H, g.Sq}, {.device = q.device()}) : Tensor<float>()};
   if (!cuda::cudnn::attention_forward(attention_operand(q), attention_operand(k), attention_operand(v), dl.q, dl.kv,
                                       g.scale, g.causal, g.dropout, seed, r.o, r.stats, rng_dump))
     return false;
@@ -203,6 +203,30 @@ AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(cons
         return r;
       }),
       q, k, v);
+}
+
+// o of scaled_dot_product_attention_forward without the statistics, for inference (no
+// backward): cuDNN's SDPA graph without its stats output in bf16 and f16 on the GPU; elsewhere the
+// forward's o.
+template <class T>
+Tensor<T> scaled_dot_product_attention_inference(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
+                                                 const AttentionParams& p = {}, const AttentionLengths& lens = {}) {
+#ifdef CUTRAIN_WITH_CUDA
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+    if (q.defined() && q.device().is_cuda()) {
+      constexpr std::string_view op = "scaled_dot_product_attention_inference";
+      const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
+      AttentionForward<T, float> r;
+      bool ran = false;
+      {
+        profile::OpScope timed("scaled_dot_product_attention", q.device());
+        ran = detail::attention_forward_cudnn(q, k, v, g, lens, r, nullptr, false);
+      }
+      if (ran) return std::move(r.o);
+    }
+  }
+#endif
+  return scaled_dot_product_attention_forward(q, k, v, p, lens).o;
 }
 
 // dq, dk, dv (q's, k's and v's shapes; on the GPU laid out as they are) from the forward's o and

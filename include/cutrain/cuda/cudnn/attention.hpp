@@ -51,8 +51,8 @@ inline autotune::Planner attention_planner(int dev, bool padded) {
 
 }  // namespace detail
 
-// o and stats of softmax(scale q kᵀ, masked) v, with dropout on the probabilities where
-// dropout > 0 (Philox seeded by seed_offset, int32 on the device: the seed at [0], the offset at [4];
+// o and stats of softmax(scale q kᵀ, masked) v (an undefined stats: o only, the inference
+// graph), with dropout on the probabilities where dropout > 0 (Philox seeded by seed_offset, int32 on the device: the seed at [0], the offset at [4];
 // rng_dump, if given, receives the keep mask [B, H, Sq, Skv] in f32: the tests' window on it).
 // False: no engine (nothing ran).
 template <GpuFloat T>
@@ -63,9 +63,10 @@ template <GpuFloat T>
   constexpr std::string_view op = "scaled_dot_product_attention";
   const int dev = q.device().index;
   const bool padded = q_len.defined();
-  const auto [ss, sst] = detail::attention_stats_view(stats);
+  const bool with_stats = stats.defined();
+  const auto [ss, sst] = with_stats ? detail::attention_stats_view(stats) : std::pair<Shape, Strides>{};
   GraphKey key(GraphOp::attention_forward, dev);
-  key.add(dtype_of<T>).add(scale).add(causal).add(padded).add(dropout).add(rng_dump != nullptr);
+  key.add(dtype_of<T>).add(scale).add(causal).add(padded).add(dropout).add(rng_dump != nullptr).add(with_stats);
   key.add(q.shape(), q.strides()).add(k.shape(), k.strides()).add(v.shape(), v.strides()).add(o.shape(), o.strides());
   PlanStore& store = plan_store();
   bool failed = false;
@@ -74,13 +75,13 @@ template <GpuFloat T>
     const std::string text =
         cutrain::detail::cat("sdpa fwd ", dtype_of<T>, " scale ", scale, causal ? " causal" : "", padded ? " padded" : "",
                              dropout > 0 ? cutrain::detail::cat(" dropout ", dropout) : std::string(),
-                             rng_dump ? " rng_dump" : "", signature(" q", q.shape(), q.strides()), signature(" k", k.shape(), k.strides()),
+                             rng_dump ? " rng_dump" : "", with_stats ? "" : " inference", signature(" q", q.shape(), q.strides()), signature(" k", k.shape(), k.strides()),
                              signature(" v", v.shape(), v.strides()), signature(" o", o.shape(), o.strides()));
     bg = store.try_build(key, text, detail::attention_planner(dev, padded),
                          [&](autotune::Planner& planner) {
       auto g = detail::new_graph<T>();
       auto Q = tensor(*g, "q", q), K = tensor(*g, "k", k), V = tensor(*g, "v", v);
-      auto attrs = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(
+      auto attrs = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(with_stats).set_attn_scale(
           static_cast<float>(scale));
       if (causal) attrs.set_causal_mask(true);
       TensorAttr SQ, SKV;
@@ -101,9 +102,10 @@ template <GpuFloat T>
       }
       auto [O, STATS] = g->sdpa(Q, K, V, attrs);
       detail::attention_output(O, o);
-      STATS->set_output(true).set_dim(ss.dims()).set_stride(sst).set_data_type(fe::DataType_t::FLOAT);
+      if (with_stats) STATS->set_output(true).set_dim(ss.dims()).set_stride(sst).set_data_type(fe::DataType_t::FLOAT);
       build(*g, handles(dev).cudnn, op, text, false, planner);
-      std::vector<TensorAttr> ts{Q, K, V, O, STATS};
+      std::vector<TensorAttr> ts{Q, K, V, O};
+      if (with_stats) ts.push_back(STATS);
       if (padded) ts.insert(ts.end(), {SQ, SKV});
       if (dropout > 0) ts.insert(ts.end(), {SEED, OFFSET});
       if (rng_dump) ts.push_back(DUMP);
@@ -111,7 +113,8 @@ template <GpuFloat T>
     });
   }
   if (!bg) return ++kernel_fallbacks(), false;
-  std::vector<const void*> ptrs{q.data(), k.data(), v.data(), o.data(), stats.data()};
+  std::vector<const void*> ptrs{q.data(), k.data(), v.data(), o.data()};
+  if (with_stats) ptrs.push_back(stats.data());
   if (padded) ptrs.insert(ptrs.end(), {q_len.data(), kv_len.data()});
   if (dropout > 0) ptrs.insert(ptrs.end(), {seed_offset.data(), seed_offset.data() + 4});
   if (rng_dump) ptrs.push_back(rng_dump->data());
