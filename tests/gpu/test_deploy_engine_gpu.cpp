@@ -127,11 +127,12 @@ TEST_CASE("gpu deploy engine: a GPT engine matches the CPU engine in f64", "[gpu
   bad[21] = 37;
   bad[40] = -2;
   const auto bad_tokens = Tensor<std::int32_t>::from_vector(bad, Shape{4, 16}).to(Device::cuda(0));
-  for (const auto* e : {&f32, &loaded}) {
-    // f32 is eager; loaded replays graphs (captured at its first call above).
-    CHECK_THROWS_WITH((*e)(bad_tokens), Catch::Contains("deploy::GptEngine") &&
-                                            Catch::Contains("out of range [0, 37) (2 of the 64 tokens"));
-  }
+  const auto refused = [&](const auto& engine) {  // f32 is eager; loaded replays a graph captured above
+    CHECK_THROWS_WITH(engine(bad_tokens), Catch::Contains("deploy::GptEngine") &&
+                                              Catch::Contains("out of range [0, 37) (2 of the 64 tokens"));
+  };
+  refused(f32);
+  refused(loaded);
   CHECK_THROWS_AS(bf16(bad_tokens.slice(0, 0, 3)), InvalidArgument);  // a new batch size: captured, then checked
   CHECK(bf16.captured().size() == 2);
   check_close("gpt f32 after a bad call", f32(tokens.to(Device::cuda(0))), want, 1e-3);

@@ -50,7 +50,8 @@ class GptEngine {
     const std::int64_t n = tokens.dim(0), s = in[1], c = in[2];
     const Shape logits{n * s, wte().dim(0)};
 #ifdef CUTRAIN_WITH_CUDA
-    if (gpu_) return gpu_call(tokens).reshape(logits);
+    if constexpr (cuda::GpuFloat<E>)
+      if (gpu_) return gpu_call(tokens).reshape(logits);
 #endif
     const Tensor<std::int32_t> flat = tokens.contiguous(Layout::row_major).reshape(Shape{n * s});
     return body_(ops::index_select(wte(), 0, flat).reshape(Shape{n, s, c})).reshape(logits);
@@ -85,7 +86,7 @@ class GptEngine {
   explicit GptEngine(Engine<E> body) : body_(std::move(body)) {
 #ifdef CUTRAIN_WITH_CUDA
     const CompileOptions& o = body_.options();
-    if (o.device.is_cpu()) return;
+    if (!cuda::GpuFloat<E> || o.device.is_cpu()) return;
     gpu_ = std::make_shared<Gpu>();
     gpu_->report = Tensor<std::int32_t>(Shape{4}, {.device = o.device});
     if (o.cuda_graph) gpu_->replays = std::make_unique<detail::GraphReplays<std::int32_t, E>>(o.device.index);
