@@ -159,6 +159,39 @@ TEST_CASE("deploy engine on the CPU in NHWC f32 (oneDNN) matches the model, and 
   }
 }
 
+TEST_CASE("deploy engine on oneDNN: a conv and the pool after it run in batch chunks", "[onednn][deploy]") {
+  Rng rng(83);
+  auto cnn = nn::fashion_mnist_cnn<double>(rng);
+  randomize(cnn, rng);
+  // The CNN's first conv (one input channel: 9 multiply-adds an output, 98 KiB an image) chunks by
+  // 10, its second (288 multiply-adds an output) runs whole. The block's last conv (3 channels,
+  // 3 x 3: 27, 192 KiB an image at 128 x 128, with the residual) feeds the max pool: chunks of 5.
+  nn::Sequential<double> res{nn::ResidualBlock<double>({.in = 3}), nn::MaxPool2d({.kernel = 2}),
+                             nn::AdaptiveAvgPool2d{}, nn::Flatten{}, nn::Linear<double>({.in = 3, .out = 5}, rng)};
+  randomize(res, rng);
+  for (auto* model : {&cnn, &res}) {
+    const bool is_cnn = model == &cnn;
+    const Shape in = is_cnn ? Shape{37, 1, 28, 28} : Shape{9, 3, 128, 128};
+    model->eval();
+    for (const Layout l : {Layout::nhwc, Layout::row_major}) {
+      const auto engine = deploy::compile<float>(*model, in, {.layout = l});
+      const std::string r = engine.report();
+      INFO(r);
+      CHECK(r.find(is_cnn ? "in chunks of 10 images with the pool after it" : "in chunks of 5 images") !=
+            std::string::npos);
+      CHECK(r.find("in chunks") == r.rfind("in chunks"));  // one conv each
+      for (const std::int64_t batch : {in[0], std::int64_t{3}}) {  // 37: three chunks and a part; 9: 5 + 4; 3: none
+        Shape s = in;
+        s[0] = batch;
+        const auto x = Tensor<double>::uniform(s, rng, -1, 1);
+        autograd::NoGradGuard off;
+        const auto want = (*model)(x).value().contiguous(Layout::row_major);
+        CHECK(scaled_err(engine(cast<float>(x)).contiguous(Layout::row_major), want) < 1e-4);
+      }
+    }
+  }
+}
+
 TEST_CASE("deploy engine on oneDNN: calls from other threads than the compiling one", "[onednn][deploy]") {
   Rng rng(79);
   auto net = small_resnet(rng);

@@ -433,14 +433,19 @@ class Pool2d {
 
   Tensor<float> forward(const Tensor<float>& x) const {
     const bool nhwc = x.layout() == Layout::nhwc || x.dim(1) == 1;
-    const Shape ys = pool2d_output_shape(x.shape(), p_, "onednn::Pool2d");
+    Tensor<float> y = Tensor<float>::empty(pool2d_output_shape(x.shape(), p_, "onednn::Pool2d"),
+                                           {.layout = nhwc ? Layout::nhwc : Layout::row_major});
+    forward(x, y);
+    return y;
+  }
+  // Into y: the output's shape, contiguous in x's layout (NHWC, or NCHW), e.g. a batch slice.
+  void forward(const Tensor<float>& x, Tensor<float>& y) const {
+    const bool nhwc = x.layout() == Layout::nhwc || x.dim(1) == 1;
     const Prepared& pr = prepared(x.shape(), nhwc);
-    Tensor<float> y = Tensor<float>::empty(ys, {.layout = nhwc ? Layout::nhwc : Layout::row_major});
     auto& eng = detail::engine();
     dnnl::memory src(pr.src, eng, x.data()), dst(pr.dst, eng, y.data());
     pr.pool.execute(detail::stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
     detail::stream().wait();
-    return y;
   }
 
  private:

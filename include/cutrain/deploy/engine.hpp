@@ -170,7 +170,7 @@ class Engine {
                              : cutrain::detail::cat(" [", dtype_of<E>, ": ", ms(s.base_ms), "; e4m3 ", ms(s.e4m3_ms), "]");
       }
       r += "\n";
-      if (const std::string t = cpu_tactic(i); !t.empty()) r += "   oneDNN: " + t + "\n";
+      if (const std::string t = onednn_.describe(i); !t.empty()) r += "   oneDNN: " + t + "\n";
     }
     if (quantized_) {
       int convs = 0, eight = 0;

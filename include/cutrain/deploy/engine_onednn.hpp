@@ -3,12 +3,16 @@
 // post-ops; its tactic tuned when the engine is compiled and kept in engine files), a linear
 // layer, or a max/average pool. A flatten of an NHWC activation that only a linear layer reads
 // is a view of the activation's memory as it lies: that layer's weights take their columns in
-// (h, w, c) order, so no NHWC-to-NCHW copy is made. Elsewhere (other builds, element types,
-// devices and steps) it runs nothing and the engine runs its own path.
+// (h, w, c) order, so no NHWC-to-NCHW copy is made. A convolution whose output only a pool
+// reads runs with that pool batch chunk by batch chunk (a chunk's convolution output, about
+// 1 MiB, stays in the core's cache for the pool: it never goes to memory); the pool's step then
+// passes the pooled output on. Elsewhere (other builds, element types, devices and steps) it runs
+// nothing and the engine runs its own path.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +43,7 @@ class OnednnSteps {
     linear_.assign(n, nullptr);
     pool_.assign(n, nullptr);
     raw_flatten_.assign(n, 0);
+    chunk_.assign(n, 0);
 #ifdef CUTRAIN_ONEDNN
     if constexpr (std::same_as<E, float>) {
       if (!device.is_cpu()) return;
@@ -51,6 +56,22 @@ class OnednnSteps {
           linear_[i] = std::make_shared<const cpu::onednn::Linear>(linear_weights(plan, i, layout), s.b, s.act);
         else if (s.kind == StepKind::pool && cpu::onednn::Pool2d::takes(s.pool))
           pool_[i] = std::make_shared<const cpu::onednn::Pool2d>(s.pool);
+      }
+      for (std::size_t i = 0; i + 1 < n; ++i) {  // a conv whose only reader is the pool after it
+        const auto& s = plan.steps[i];
+        const auto& next = plan.steps[i + 1];
+        int readers = 0;
+        for (const auto& t : plan.steps) readers += (t.in == s.out) + (t.in2 == s.out);
+        if (!conv_[i] || !pool_[i + 1] || !conv_[i]->fuses_activation() || next.in != s.out || readers != 1 ||
+            s.out == plan.output || plan.shapes[static_cast<std::size_t>(next.out)] == plan.shapes[static_cast<std::size_t>(s.out)])
+          continue;
+        // Only a memory-bound conv gains (few multiply-adds per output: a deep one runs no faster on
+        // a chunk, and Winograd loses): at most memory_bound_macs per output element.
+        if (s.w.numel() / s.w.dim(0) > memory_bound_macs) continue;
+        const Shape& y = plan.shapes[static_cast<std::size_t>(s.out)];
+        const std::int64_t image = y.numel() / y[0] * static_cast<std::int64_t>(sizeof(E));
+        chunk_[i] = std::max<std::int64_t>(1, chunk_bytes / image);
+        chunk_[i + 1] = -1;  // its pool runs inside step i
       }
     }
 #endif
@@ -65,12 +86,21 @@ class OnednnSteps {
       const Shape& x = plan.shapes[static_cast<std::size_t>(s.in)];
       const Shape& y = plan.shapes[static_cast<std::size_t>(s.out)];
       const bool nhwc = layout == Layout::nhwc;  // a tensor of one channel is both (onednn::Conv2d)
-      conv_[i]->tune(x, nhwc || x[1] == 1, nhwc || y[1] == 1, s.in2 >= 0);
+      Shape xt = x;  // a convolution run in chunks is tuned at a chunk's batch
+      if (chunk_[i] > 0) xt[0] = std::min(xt[0], chunk_[i]);
+      conv_[i]->tune(xt, nhwc || x[1] == 1, nhwc || y[1] == 1, s.in2 >= 0);
     }
 #endif
   }
 
   // Step i's convolution tactic ("" where it has none); set_tactic: an engine file's choice.
+  // describe: the tactic and, for a convolution run in chunks with its pool, the chunk.
+  std::string describe(std::size_t i) const {
+    std::string t = tactic(i);
+    if (!t.empty() && chunk_[i] > 0)
+      t += cutrain::detail::cat(", in chunks of ", chunk_[i], " images with the pool after it");
+    return t;
+  }
   std::string tactic([[maybe_unused]] std::size_t i) const {
 #ifdef CUTRAIN_ONEDNN
     if (i < conv_.size() && conv_[i]) return conv_[i]->tactic();
@@ -91,6 +121,13 @@ class OnednnSteps {
     if constexpr (std::same_as<E, float>) {
       const auto& s = plan.steps[i];
       const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
+      if (chunk_[i] > 0 && x.dim(0) > chunk_[i])
+        if (std::optional<Tensor<E>> y = conv_pool(plan, i, v, layout)) return y;
+      if (chunk_[i] < 0) {  // x pooled already (by step i - 1's conv_pool): it has this step's output shape
+        Shape pooled = plan.shapes[static_cast<std::size_t>(s.out)];
+        pooled[0] = x.dim(0);
+        if (x.shape() == pooled) return x.view();
+      }
       if (conv_[i]) {
         profile::OpScope timed("conv2d_fused_forward (oneDNN)", x.device());
         const Tensor<E> xc = x.layout() == Layout::nhwc ? x.view() : x.contiguous(Layout::row_major);
@@ -151,6 +188,37 @@ class OnednnSteps {
   std::vector<std::shared_ptr<const cpu::onednn::Linear>> linear_;
   std::vector<std::shared_ptr<const cpu::onednn::Pool2d>> pool_;
   std::vector<char> raw_flatten_;  // a flatten that views its NHWC input's memory as it lies
+  // A convolution's batch chunk when the pool after it runs with it (0: not); -1 for that pool.
+  std::vector<std::int64_t> chunk_;
+  static constexpr std::int64_t chunk_bytes = 1 << 20;  // a chunk's convolution output: in L2
+  static constexpr std::int64_t memory_bound_macs = 32;   // C/groups x R x S of a conv that chunks
+
+#ifdef CUTRAIN_ONEDNN
+  // Convolution step i and the pool step after it, chunk by chunk of the batch: the pooled output;
+  // nullopt where oneDNN has no direct kernel for a chunk (the engine then runs both steps itself).
+  std::optional<Tensor<E>> conv_pool(const Plan<E>& plan, std::size_t i, const std::vector<Tensor<E>>& v,
+                                     Layout l) const {
+    const auto& s = plan.steps[i];
+    const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
+    profile::OpScope timed("conv2d_fused_forward + pool2d_forward (oneDNN, in chunks)", x.device());
+    const Tensor<E> xc = x.layout() == Layout::nhwc ? x.view() : x.contiguous(Layout::row_major);
+    const std::int64_t n = x.dim(0), c = chunk_[i];
+    const Shape ys = conv2d_output_shape(x.shape(), s.w.shape(), s.conv, "deploy::Engine");
+    Shape ts = ys;
+    ts[0] = c;
+    Tensor<E> t = Tensor<E>::empty(ts, {.layout = l});
+    Tensor<E> y = Tensor<E>::empty(pool2d_output_shape(ys, plan.steps[i + 1].pool, "deploy::Engine"), {.layout = l});
+    for (std::int64_t b = 0; b < n; b += c) {
+      const std::int64_t e = std::min(n, b + c);
+      Tensor<E> tb = t.slice(0, 0, e - b), yb = y.slice(0, b, e);
+      Tensor<E> r;
+      if (s.in2 >= 0) r = v[static_cast<std::size_t>(s.in2)].slice(0, b, e);
+      if (!conv_[i]->forward(xc.slice(0, b, e), r, tb)) return std::nullopt;
+      pool_[i + 1]->forward(tb, yb);
+    }
+    return y;
+  }
+#endif
 };
 
 }  // namespace cutrain::inline CUTRAIN_ABI::deploy::detail
