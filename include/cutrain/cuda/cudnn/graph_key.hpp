@@ -25,7 +25,7 @@ enum class GraphOp : std::uint8_t {
   conv_wgrad,
   batch_norm_forward_training,
   batch_norm_backward,
-  layer_norm_forward,
+  layer_norm_forward,  // unused: the forward is an NVRTC kernel (cuda/kernels/layer_norm.hpp)
   layer_norm_backward,
   activation_forward,
   activation_backward,

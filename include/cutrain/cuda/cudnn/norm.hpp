@@ -11,6 +11,7 @@
 // ops in f32.
 // Inference forward is not here: cuDNN 9.19 had no engine for the batchnorm_inference node on
 // the H200 (any layout or dtype), so it is an NVRTC kernel (cuda/kernels/batch_norm_inference.hpp).
+// Nor is layer norm's forward: cuDNN's took twice PyTorch's time (cuda/kernels/layer_norm.hpp).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -186,32 +187,6 @@ inline std::pair<Shape, Strides> ln_param_view(const Shape& x4) {
   return {Shape{1, c, h, w}, Strides{c * h * w, h * w, w, 1}};
 }
 }  // namespace detail
-
-template <GpuFloat T>
-void layer_norm_forward(const Tensor<T>& x, const Tensor<float>& gamma, const Tensor<float>& beta, double eps, Tensor<T>& y,
-                        Tensor<float>& mean, Tensor<float>& inv_std) {
-  constexpr std::string_view op = "layer_norm_forward";
-  const auto xv = detail::norm_arg(detail::ln_view(x)), yv = detail::norm_arg(detail::ln_view(y));
-  const auto pv = detail::norm_arg(detail::ln_param_view(xv.shape)), sv = detail::norm_arg(detail::row_stat_view(xv.shape[0]));
-  GraphKey key(GraphOp::layer_norm_forward, x.device().index);
-  key.add(dtype_of<T>).add(eps).add(xv.shape, xv.strides).add(yv.shape, yv.strides);
-  const FusionTensor in[] = {xv.at(x.data(), false), pv.at(gamma.data(), true), pv.at(beta.data(), true)};
-  const FusionTensor out[] = {yv.at(y.data(), false), sv.at(mean.data(), true), sv.at(inv_std.data(), true)};
-  const auto text = [&] {
-    return cutrain::detail::cat("ln fwd ", dtype_of<T>, " eps ", eps, signature(" x", xv.shape, xv.strides),
-                                signature(" y", yv.shape, yv.strides));
-  };
-  const auto describe = [&] {
-    fusion::Graph g;
-    auto X = g.input("x"), G = g.input("scale"), B = g.input("bias");
-    const auto r = g.layer_norm_train(X, G, B, eps);
-    g.output(r.y, "y");
-    g.output(r.mean, "mean");
-    g.output(r.inv_std, "inv_std");
-    return g;
-  };
-  run_graph<T>(key, op, text, describe, in, out, false, false);
-}
 
 template <GpuFloat T>
 void layer_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<float>& gamma, const Tensor<float>& mean,
