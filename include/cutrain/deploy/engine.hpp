@@ -116,7 +116,8 @@ class Engine {
   Tensor<E> operator()(const Tensor<E>& x) const {
     check_input("deploy::Engine", x);
 #ifdef CUTRAIN_WITH_CUDA
-    if (replays_) return replay(x);
+    // Inside a caller's own graph capture the steps are captured into it (no graph in a graph).
+    if (replays_ && !cutrain::detail::device_capturing()) return replay(x);
 #endif
     return forward(x);
   }
@@ -233,6 +234,8 @@ class Engine {
   // must have no reader after it).
   template <class Observe = std::nullptr_t>
   Tensor<E> forward(const Tensor<E>& x, const Observe& observe = nullptr, std::size_t first = 0) const {
+    CUTRAIN_REQUIRE(first < plan_.steps.size(), InvalidArgument, "deploy::Engine", "no step ", first, " in a plan of ",
+                    plan_.steps.size());
     std::vector<Tensor<E>> v(plan_.shapes.size());
     const auto in = static_cast<std::size_t>(first == 0 ? 0 : plan_.steps[first - 1].out);
     v[in] = x.rank() == 4 ? x.contiguous(opt_.layout) : x.rank() == 3 ? x.contiguous(Layout::row_major) : x.view();
@@ -249,7 +252,7 @@ class Engine {
 
 #ifdef CUTRAIN_WITH_CUDA
   Tensor<E> replay(const Tensor<E>& x) const {
-    return replays_->replay(x, x.rank() == 4 ? opt_.layout : Layout::row_major,
+    return replays_->replay("deploy::Engine", x, x.rank() == 4 ? opt_.layout : Layout::row_major,
                             [this](const Tensor<E>& sx) { return forward(sx); });
   }
   // cuda_graph: the captured batch sizes (shared: Engine moves)

@@ -120,11 +120,12 @@ class GptEngine {
 
   Tensor<E> gpu_call(const Tensor<std::int32_t>& tokens) const {
     std::lock_guard lock(gpu_->m);
-    Tensor<E> y = gpu_->replays ? gpu_->replays->replay(tokens, Layout::row_major,
+    // Inside a caller's own graph capture the forward is captured into it and nothing can be read:
+    // an out-of-range token's logits are NaN.
+    if (cutrain::detail::device_capturing()) return gpu_forward(tokens);
+    Tensor<E> y = gpu_->replays ? gpu_->replays->replay(op, tokens, Layout::row_major,
                                                         [this](const Tensor<std::int32_t>& t) { return gpu_forward(t); })
                                 : gpu_forward(tokens);
-    // Under a caller's graph capture nothing can be read: an out-of-range token's logits are NaN.
-    if (cutrain::detail::device_capturing()) return y;
     const auto [bad, value] = cuda::kernels::read_index_report(gpu_->report);
     CUTRAIN_REQUIRE(bad == 0, InvalidArgument, op, "token ", value, " is out of range [0, ", wte().dim(0), ") (", bad,
                     " of the ", tokens.numel(), " tokens of ", tokens.describe(), ")");

@@ -5,7 +5,7 @@
 // is a view of the activation's memory as it lies: that layer's weights take their columns in
 // (h, w, c) order, so no NHWC-to-NCHW copy is made. A convolution whose output only a pool
 // reads runs with that pool batch chunk by batch chunk (a chunk's convolution output, about
-// 1 MiB, stays in the core's cache for the pool: it never goes to memory); the pool's step then
+// 1 MiB, stays in the cores' caches for the pool instead of going to memory); the pool's step then
 // passes the pooled output on. Elsewhere (other builds, element types, devices and steps) it runs
 // nothing and the engine runs its own path.
 #pragma once
@@ -190,7 +190,7 @@ class OnednnSteps {
   std::vector<char> raw_flatten_;  // a flatten that views its NHWC input's memory as it lies
   // A convolution's batch chunk when the pool after it runs with it (0: not); -1 for that pool.
   std::vector<std::int64_t> chunk_;
-  static constexpr std::int64_t chunk_bytes = 1 << 20;  // a chunk's convolution output: in L2
+  static constexpr std::int64_t chunk_bytes = 1 << 20;  // a chunk's convolution output: in cache
   static constexpr std::int64_t memory_bound_macs = 32;   // C/groups x R x S of a conv that chunks
 
 #ifdef CUTRAIN_ONEDNN

@@ -4,7 +4,8 @@
 // may be captured) and is then captured; later calls copy x into the graph's input and replay.
 // The replay runs on a stream of its own, ordered after the caller's current stream by an event,
 // and the caller's stream waits for it; the output is copied out on the caller's stream. Each
-// captured batch size keeps its activations in its graph's memory pool. Calls are serialized.
+// captured batch size keeps its activations in its graph's memory pool. Calls are serialized, on
+// the host and on the GPU (a call from another stream waits for the previous one's copies).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -33,37 +34,41 @@ class GraphReplays {
   explicit GraphReplays(int device) : stream_(device) {}
 
   // forward(static x) for x (its device's tensors; the graph's input takes `layout`), captured at
-  // x.dim(0)'s first call and replayed: a copy of the output on the caller's stream.
+  // x.dim(0)'s first call and replayed: a copy of the output on the caller's stream. op names the
+  // engine in errors. Nothing is kept of a first call that throws.
   template <class F>
-  Tensor<Out> replay(const Tensor<In>& x, Layout layout, const F& forward) {
-    constexpr std::string_view op = "deploy::Engine";
+  Tensor<Out> replay(std::string_view op, const Tensor<In>& x, Layout layout, const F& forward) {
     std::lock_guard lock(m_);
     const cudaStream_t caller = cuda::current_stream(), own = stream_.get();
-    auto& slot = by_batch_[x.dim(0)];
-    const bool fresh = !slot;
-    if (fresh) {
-      slot = std::make_unique<Replay>();
-      slot->x = Tensor<In>(x.shape(), {.layout = layout, .device = x.device()});
+    std::unique_ptr<Replay> fresh;
+    Replay* slot = nullptr;
+    if (auto it = by_batch_.find(x.dim(0)); it != by_batch_.end()) {
+      slot = it->second.get();
+    } else {
+      fresh = std::make_unique<Replay>();
+      fresh->x = Tensor<In>(x.shape(), {.layout = layout, .device = x.device()});
+      slot = fresh.get();
     }
+    // The previous call, maybe from another stream: its replay has read x, its copy-out read y.
+    cuda::check(cudaStreamWaitEvent(caller, done_.get(), 0), op, "cudaStreamWaitEvent");
     slot->x.copy_from(x);
     ready_.record(caller);
     {
       cuda::StreamGuard on(own);
       cuda::check(cudaStreamWaitEvent(own, ready_.get(), 0), op, "cudaStreamWaitEvent");
+      cuda::check(cudaStreamWaitEvent(own, copied_.get(), 0), op, "cudaStreamWaitEvent");
       if (fresh) {
-        try {
-          (void)forward(std::as_const(slot->x));
-          slot->graph.capture([&] { slot->y = forward(std::as_const(slot->x)); });
-        } catch (...) {
-          by_batch_.erase(x.dim(0));
-          throw;
-        }
+        (void)forward(std::as_const(slot->x));  // plans built, kernels loaded: none of it may be captured
+        slot->graph.capture([&] { slot->y = forward(std::as_const(slot->x)); });
       }
       slot->graph.replay();
       done_.record(own);
     }
     cuda::check(cudaStreamWaitEvent(caller, done_.get(), 0), op, "cudaStreamWaitEvent");
-    return slot->y.clone(slot->y.layout());
+    Tensor<Out> y = slot->y.clone(slot->y.layout());
+    copied_.record(caller);
+    if (fresh) by_batch_.emplace(x.dim(0), std::move(fresh));
+    return y;
   }
 
   // Drops every captured graph (their forward changed): the next call at each batch captures anew.
@@ -87,7 +92,8 @@ class GraphReplays {
     Tensor<Out> y;
   };
   cuda::Stream stream_;
-  cuda::Event ready_, done_;  // the caller's stream up to the call; ours up to its replay
+  // The caller's stream up to the call; ours up to its replay; the caller's up to the copy-out.
+  cuda::Event ready_, done_, copied_;
   std::map<std::int64_t, std::unique_ptr<Replay>> by_batch_;
   mutable std::mutex m_;
 };

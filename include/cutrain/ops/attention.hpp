@@ -206,11 +206,13 @@ AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(cons
 }
 
 // o of scaled_dot_product_attention_forward without the statistics, for inference (no
-// backward): cuDNN's SDPA graph without its stats output in bf16 and f16 on the GPU; elsewhere the
-// forward's o.
+// backward, no dropout: InvalidArgument): cuDNN's SDPA graph without its stats output in bf16 and
+// f16 on the GPU; elsewhere the forward's o.
 template <class T>
 Tensor<T> scaled_dot_product_attention_inference(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                                  const AttentionParams& p = {}, const AttentionLengths& lens = {}) {
+  CUTRAIN_REQUIRE(p.dropout == 0, InvalidArgument, "scaled_dot_product_attention_inference",
+                  "inference takes no dropout, got ", p);
 #ifdef CUTRAIN_WITH_CUDA
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
     if (q.defined() && q.device().is_cuda()) {

@@ -52,8 +52,9 @@ inline autotune::Planner attention_planner(int dev, bool padded) {
 }  // namespace detail
 
 // o and stats of softmax(scale q kᵀ, masked) v (an undefined stats: o only, the inference
-// graph), with dropout on the probabilities where dropout > 0 (Philox seeded by seed_offset, int32 on the device: the seed at [0], the offset at [4];
-// rng_dump, if given, receives the keep mask [B, H, Sq, Skv] in f32: the tests' window on it).
+// graph), with dropout on the probabilities where dropout > 0 (Philox seeded by seed_offset,
+// int32 on the device: the seed at [0], the offset at [4]; rng_dump, if given, receives the keep
+// mask [B, H, Sq, Skv] in f32: the tests' window on it).
 // False: no engine (nothing ran).
 template <GpuFloat T>
 [[nodiscard]] bool attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,

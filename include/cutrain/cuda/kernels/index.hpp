@@ -90,6 +90,8 @@ inline void index_range_count(const Tensor<std::int32_t>& index, std::int64_t li
   constexpr std::string_view op = "cuda::kernels::index_range_count";
   detail::require_cuda_input(op, index, "index");
   detail::require_output(op, report, Shape{4}, index.device(), "report");
+  CUTRAIN_REQUIRE(reinterpret_cast<std::uintptr_t>(report.data()) % 8 == 0, InvalidArgument, op,
+                  "report must be 8-byte aligned (the kernel adds to it as 64-bit values), got ", report.describe());
   CUTRAIN_REQUIRE(index.rank() <= 8, InvalidArgument, op, "the kernel takes rank 0 to 8, got ", index.describe());
   cutrain::zero_bytes(report.data(), report.device(), 4 * sizeof(std::int32_t));
   if (index.numel() == 0) return;
