@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -49,14 +50,16 @@ class GraphReplays {
       fresh->x = Tensor<In>(x.shape(), {.layout = layout, .device = x.device()});
       slot = fresh.get();
     }
-    // The previous call, maybe from another stream: its replay has read x, its copy-out read y.
-    cuda::check(cudaStreamWaitEvent(caller, done_.get(), 0), op, "cudaStreamWaitEvent");
+    // A previous call from another stream: its replay must have read x, its copy-out read y (on
+    // one stream, the stream's order and ready_ see to both).
+    const bool other = last_caller_.has_value() && *last_caller_ != caller;
+    if (other) cuda::check(cudaStreamWaitEvent(caller, done_.get(), 0), op, "cudaStreamWaitEvent");
     slot->x.copy_from(x);
     ready_.record(caller);
     {
       cuda::StreamGuard on(own);
       cuda::check(cudaStreamWaitEvent(own, ready_.get(), 0), op, "cudaStreamWaitEvent");
-      cuda::check(cudaStreamWaitEvent(own, copied_.get(), 0), op, "cudaStreamWaitEvent");
+      if (other) cuda::check(cudaStreamWaitEvent(own, copied_.get(), 0), op, "cudaStreamWaitEvent");
       if (fresh) {
         (void)forward(std::as_const(slot->x));  // plans built, kernels loaded: none of it may be captured
         slot->graph.capture([&] { slot->y = forward(std::as_const(slot->x)); });
@@ -67,6 +70,7 @@ class GraphReplays {
     cuda::check(cudaStreamWaitEvent(caller, done_.get(), 0), op, "cudaStreamWaitEvent");
     Tensor<Out> y = slot->y.clone(slot->y.layout());
     copied_.record(caller);
+    last_caller_ = caller;
     if (fresh) by_batch_.emplace(x.dim(0), std::move(fresh));
     return y;
   }
@@ -94,6 +98,7 @@ class GraphReplays {
   cuda::Stream stream_;
   // The caller's stream up to the call; ours up to its replay; the caller's up to the copy-out.
   cuda::Event ready_, done_, copied_;
+  std::optional<cudaStream_t> last_caller_;  // the stream of the last call that completed
   std::map<std::int64_t, std::unique_ptr<Replay>> by_batch_;
   mutable std::mutex m_;
 };
