@@ -93,6 +93,9 @@ inline dnnl::primitive_attr post_ops(const std::optional<std::tuple<dnnl::algori
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
+  // The primitive's scratchpad comes from the caller (a thread's own buffer, scratch slot 2): a
+  // library-managed one is shared by the threads running the primitive at once.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
 }
 
@@ -106,7 +109,8 @@ inline Shape dims_of(const dnnl::memory::desc& d) {
   return Shape(std::vector<std::int64_t>(v.begin(), v.end()));
 }
 
-// This thread's scratch buffer slot (0: x's blocked copy, 1: y's), at least bytes long: grown to
+// This thread's scratch buffer slot (0: x's blocked copy, 1: y's, 2: the primitive's scratchpad),
+// at least bytes long: grown to
 // the largest asked for and kept, so that a convolution through the blocked layout allocates,
 // page-faults and zero-fills nothing per call.
 inline void* scratch(int slot, std::size_t bytes) {
@@ -115,7 +119,7 @@ inline void* scratch(int slot, std::size_t bytes) {
     std::size_t n = 0;
     ~Buffer() { ::operator delete(p, std::align_val_t{64}); }
   };
-  thread_local std::array<Buffer, 2> buffers;
+  thread_local std::array<Buffer, 3> buffers;
   Buffer& b = buffers[static_cast<std::size_t>(slot)];
   if (b.n < bytes) {
     ::operator delete(b.p, std::align_val_t{64});
@@ -197,6 +201,7 @@ class Conv2d {
     dnnl::convolution_forward conv;
     dnnl::memory weights;                   // in the primitive's format
     dnnl::memory::desc conv_src, conv_dst;  // the primitive's formats (the user's, or blocked)
+    dnnl::memory::desc scratchpad;          // what it needs of the thread's scratchpad
   };
   struct Prepared {
     std::optional<Candidate> chosen;  // nullopt: no direct kernel
@@ -244,7 +249,7 @@ class Conv2d {
       if (!impl.starts_with("jit") && !impl.starts_with("brg")) return std::nullopt;
       return Candidate{std::move(name), dnnl::convolution_forward(pd),
                        detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), pd.src_desc(),
-                       pd.dst_desc()};
+                       pd.dst_desc(), pd.scratchpad_desc()};
     } catch (const dnnl::error&) {  // no implementation of this algorithm for the shape
       return std::nullopt;
     }
@@ -263,6 +268,8 @@ class Conv2d {
     if (!x_own) dnnl::reorder(xu, xs).execute(s, xu, xs);
     if (!y_own && residual.defined()) dnnl::reorder(yu, ys).execute(s, yu, ys);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, c.weights}, {DNNL_ARG_DST, ys}};
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(c.scratchpad, eng, detail::scratch(2, std::max<std::size_t>(c.scratchpad.get_size(), 1))));
     if (b_.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr.bias, eng, b_.data()));
     c.conv.execute(s, args);
     if (!y_own) dnnl::reorder(ys, yu).execute(s, ys, yu);
@@ -378,6 +385,8 @@ class Linear {
     dnnl::memory src(pr.src, detail::engine(), xs.data()), dst(pr.dst, detail::engine(), y.data());
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, pr.weights}, {DNNL_ARG_DST, dst}};
     if (b_.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr.bias, detail::engine(), b_.data()));
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(pr.scratchpad, detail::engine(),
+                                                   detail::scratch(2, std::max<std::size_t>(pr.scratchpad.get_size(), 1))));
     pr.mm.execute(detail::stream(), args);
     detail::stream().wait();
     return y;
@@ -387,7 +396,7 @@ class Linear {
   struct Prepared {
     dnnl::matmul mm;
     dnnl::memory weights;
-    dnnl::memory::desc src, dst, bias;
+    dnnl::memory::desc src, dst, bias, scratchpad;
   };
 
   const Prepared& prepared(std::int64_t n) const {
@@ -411,7 +420,8 @@ class Linear {
     const dnnl::matmul::desc d(src, any_w, bias, dst);
     const dnnl::matmul::primitive_desc pd(d, attr, eng);
 #endif
-    return {dnnl::matmul(pd), detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), src, dst, bias};
+    return {dnnl::matmul(pd), detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), src, dst, bias,
+            pd.scratchpad_desc()};
   }
 
   Tensor<float> w_, b_;
