@@ -180,6 +180,10 @@ TEST_CASE("deploy engine on oneDNN: a conv and the pool after it run in batch ch
       CHECK(r.find(is_cnn ? "in chunks of 10 images with the pool after it" : "in chunks of 5 images") !=
             std::string::npos);
       CHECK(r.find("in chunks") == r.rfind("in chunks"));  // one conv each
+      if (is_cnn) {  // the second conv runs with its pool too, whole
+        const auto second = r.find("oneDNN:", r.find("2: conv"));
+        CHECK(r.find(", with the pool after it", second) < r.find('\n', second));
+      }
       for (const std::int64_t batch : {in[0], std::int64_t{3}}) {  // 37: three chunks and a part; 9: 5 + 4; 3: none
         Shape s = in;
         s[0] = batch;
@@ -190,6 +194,7 @@ TEST_CASE("deploy engine on oneDNN: a conv and the pool after it run in batch ch
         const auto got = engine(cast<float>(x)).contiguous(Layout::row_major);
         prof.stop();
         CHECK((prof.table().find("(oneDNN, in chunks)") != std::string::npos) == (batch > 3));
+        CHECK(prof.table().find("\npool2d_forward (oneDNN)") == std::string::npos);  // every pool ran in its conv
         CHECK(scaled_err(got, want) < 1e-4);
       }
     }

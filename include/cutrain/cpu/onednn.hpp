@@ -5,8 +5,8 @@
 //    weights in the blocked format oneDNN picks for the CPU it runs on (its brgemm/JIT kernels:
 //    AVX2, AVX-512, AMX). cpu::conv2d_fused_forward and cpu::conv2d_forward use it for f32 (f64,
 //    the gradient checks' and GPU tests' oracle, stays on Eigen).
-//  - Linear: y = act(x w^T + bias), oneDNN's matmul with the same post-op.
-//  - Pool2d: max and average pooling (no ceil mode, no dilation), on all of oneDNN's threads.
+//  - Linear: y = act(x w^T + bias), oneDNN's matmul with the same post-op, and
+//  - Pool2d: max and average pooling (no ceil mode, no dilation), both in onednn_layers.hpp.
 // The deploy engine keeps one of each per step, whose weights are reordered once per input shape
 // and kept. Threads: oneDNN's OpenMP pool (cpu::set_num_threads sets it).
 #pragma once
@@ -109,17 +109,17 @@ inline Shape dims_of(const dnnl::memory::desc& d) {
   return Shape(std::vector<std::int64_t>(v.begin(), v.end()));
 }
 
-// This thread's scratch buffer slot (0: x's blocked copy, 1: y's, 2: the primitive's scratchpad),
-// at least bytes long: grown to
-// the largest asked for and kept, so that a convolution through the blocked layout allocates,
-// page-faults and zero-fills nothing per call.
+// This thread's scratch buffer slot (0: x's blocked copy, 1: y's, 2: the primitive's scratchpad,
+// 3: a pool's output after a convolution), at least bytes long: grown to the largest asked for
+// and kept, so that a convolution through the blocked layout allocates, page-faults and
+// zero-fills nothing per call.
 inline void* scratch(int slot, std::size_t bytes) {
   struct Buffer {
     void* p = nullptr;
     std::size_t n = 0;
     ~Buffer() { ::operator delete(p, std::align_val_t{64}); }
   };
-  thread_local std::array<Buffer, 3> buffers;
+  thread_local std::array<Buffer, 4> buffers;
   Buffer& b = buffers[static_cast<std::size_t>(slot)];
   if (b.n < bytes) {
     ::operator delete(b.p, std::align_val_t{64});
@@ -137,6 +137,24 @@ inline dnnl::memory reordered(dnnl::memory user, const dnnl::memory::desc& desc)
   stream().wait();
   return m;
 }
+
+// The inference pooling primitive of p from src to dst (dst may be format any: src's family).
+inline dnnl::pooling_forward::primitive_desc pool_desc(const dnnl::memory::desc& src, const dnnl::memory::desc& dst,
+                                                       const Pool2dParams& p) {
+  using dnnl::memory;
+  const auto alg = p.mode == PoolMode::max ? dnnl::algorithm::pooling_max
+                   : p.count_include_pad  ? dnnl::algorithm::pooling_avg_include_padding
+                                          : dnnl::algorithm::pooling_avg_exclude_padding;
+  const memory::dims strides{p.effective_stride_h(), p.effective_stride_w()}, kernel{p.kernel_h, p.kernel_w};
+  const memory::dims pad_l{p.pad_top, p.pad_left}, pad_r{p.pad_bottom, p.pad_right};
+#if DNNL_VERSION_MAJOR >= 3
+  return dnnl::pooling_forward::primitive_desc(engine(), dnnl::prop_kind::forward_inference, alg, src, dst, strides,
+                                               kernel, memory::dims{0, 0}, pad_l, pad_r);
+#else
+  const dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, strides, kernel, pad_l, pad_r);
+  return dnnl::pooling_forward::primitive_desc(d, engine());
+#endif
+}
 }  // namespace detail
 
 // A convolution with its weights, bias, parameters and activation fixed: forward(x, residual)
@@ -145,13 +163,18 @@ inline dnnl::memory reordered(dnnl::memory user, const dnnl::memory::desc& desc)
 //
 // Its tactics (candidate primitives): "direct nhwc" / "direct nchw" on x's own layout (oneDNN's
 // brgemm/JIT kernels for NHWC); "direct blocked" on the blocked layout oneDNN prefers (nChw16c on
-// AVX-512), x reordered into it and y out of it; for 3x3 stride-1 convolutions "winograd blocked",
+// AVX-512), x reordered into it and y out of it; "direct to blocked", x as it is and y blocked
+// (oneDNN's kernel for a first layer of few input channels); for 3x3 stride-1 convolutions "winograd blocked",
 // Winograd F(4x4, 3x3) on the blocked layout. By default it runs the first direct one oneDNN has
 // a kernel for. tune(...) times every tactic at one input shape, the reorders included, and sets
 // the fastest whose output agrees with the direct one's (Winograd rounds differently: within 1e-4
 // of the output's largest magnitude); that tactic then runs at every shape that has it. The
 // deploy engine tunes at its compiled batch and keeps the choice in its engine file
 // (set_tactic), so that a loaded engine computes what the saved one did.
+//
+// With pool_after(p) it also runs the pool after it: its output goes from the convolution to the
+// pool in the convolution's own format (blocked for the blocked tactics) and only the pooled
+// output is reordered into y's layout. Tuning then times the two together.
 class Conv2d {
  public:
   // w [K, C/groups, R, S] and bias [K] (or undefined) are viewed, not copied: they must not
@@ -184,10 +207,19 @@ class Conv2d {
   // Whether forward applies act itself (as a post-op); else the caller applies it after.
   bool fuses_activation() const { return act_.kind == Activation::identity || eltwise_.has_value(); }
 
-  // act(conv(x, w) + bias + residual) into y [N, K, Ho, Wo], NHWC or NCHW, from x contiguous
-  // NHWC or NCHW; residual undefined or y's shape, any layout. The activation is applied only
-  // where fuses_activation(). False, having run nothing, where oneDNN has no direct kernel (only
-  // its im2col + GEMM or reference code): cutrain's own im2col is no slower, and the caller runs it.
+  // From now on forward pools its output with p (a pool Pool2d takes; set before any forward or
+  // tune, and only where fuses_activation()).
+  void pool_after(const Pool2dParams& p) {
+    std::lock_guard lock(m_);
+    by_shape_.clear();
+    pool_ = p;
+  }
+
+  // act(conv(x, w) + bias + residual) into y [N, K, Ho, Wo] (pooled: pool_after's output of
+  // that), NHWC or NCHW, contiguous, from x contiguous NHWC or NCHW; residual undefined or the
+  // convolution's output shape, any layout. The activation is applied only where
+  // fuses_activation(). False, having run nothing, where oneDNN has no direct kernel (only its
+  // im2col + GEMM or reference code): cutrain's own im2col is no slower, and the caller runs it.
   [[nodiscard]] bool forward(const Tensor<float>& x, const Tensor<float>& residual, Tensor<float>& y) const {
     const Prepared& pr = prepared(x.shape(), nhwc(x), nhwc(y), residual.defined());
     if (!pr.chosen) return false;
@@ -202,16 +234,30 @@ class Conv2d {
     dnnl::memory weights;                   // in the primitive's format
     dnnl::memory::desc conv_src, conv_dst;  // the primitive's formats (the user's, or blocked)
     dnnl::memory::desc scratchpad;          // what it needs of the thread's scratchpad
+    std::optional<dnnl::pooling_forward> pool;  // pool_after's, from conv_dst
+    dnnl::memory::desc pool_dst;                // its output format (conv_dst's family)
   };
   struct Prepared {
     std::optional<Candidate> chosen;  // nullopt: no direct kernel
-    dnnl::memory::desc src, dst, bias;  // the user's formats
+    dnnl::memory::desc src, dst, bias;  // the user's formats (dst: y's, pooled with pool_after)
+    dnnl::memory::desc conv;            // the convolution's output in y's layout (a residual's)
     std::string report;
   };
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool>;
 
   // A tensor of one channel is NCHW and NHWC at once: described as NHWC, which has direct kernels.
   static bool nhwc(const Tensor<float>& t) { return t.layout() == Layout::nhwc || t.dim(1) == 1; }
+  // Whether a and b are the same memory: one channel, each NCHW or NHWC.
+  static bool one_channel_plain(const dnnl::memory::desc& a, const dnnl::memory::desc& b) {
+    const Shape d = detail::dims_of(a);
+    if (d.rank() != 4 || d[1] != 1 || detail::dims_of(b) != d) return false;
+    const dnnl::memory::dims v{d[0], d[1], d[2], d[3]};
+    const auto plain = [&](const dnnl::memory::desc& m) {
+      return m == dnnl::memory::desc(v, detail::dt::f32, detail::tag::nchw) ||
+             m == dnnl::memory::desc(v, detail::dt::f32, detail::tag::nhwc);
+    };
+    return plain(a) && plain(b);
+  }
 
   const Prepared& prepared(const Shape& x, bool x_nhwc, bool y_nhwc, bool residual) const {
     const Key key{x[0], x[1], x[2], x[3], x_nhwc, y_nhwc, residual};
@@ -247,9 +293,17 @@ class Conv2d {
       // Its direct kernels are "jit..." and "brg..."; "gemm:..." (im2col) and "ref:..." are not.
       const std::string_view impl = pd.impl_info_str();
       if (!impl.starts_with("jit") && !impl.starts_with("brg")) return std::nullopt;
-      return Candidate{std::move(name), dnnl::convolution_forward(pd),
-                       detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), pd.src_desc(),
-                       pd.dst_desc(), pd.scratchpad_desc()};
+      Candidate c{std::move(name), dnnl::convolution_forward(pd),
+                  detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), pd.src_desc(),
+                  pd.dst_desc(), pd.scratchpad_desc(), std::nullopt, {}};
+      if (pool_) {  // on the convolution's output format; its own output in that format's family
+        const Shape ps = pool2d_output_shape(detail::dims_of(c.conv_dst), *pool_, "onednn::Conv2d");
+        const auto pp = detail::pool_desc(c.conv_dst, memory::desc({ps[0], ps[1], ps[2], ps[3]}, detail::dt::f32,
+                                                                   detail::tag::any), *pool_);
+        c.pool = dnnl::pooling_forward(pp);
+        c.pool_dst = pp.dst_desc();
+      }
+      return c;
     } catch (const dnnl::error&) {  // no implementation of this algorithm for the shape
       return std::nullopt;
     }
@@ -260,19 +314,36 @@ class Conv2d {
            Tensor<float>& y) const {
     auto& eng = detail::engine();
     auto& s = detail::stream();
-    dnnl::memory xu(pr.src, eng, x.data()), yu(pr.dst, eng, y.data());
-    if (residual.defined()) y.copy_from(residual);  // the sum post-op adds to what y holds
-    const bool x_own = c.conv_src == pr.src, y_own = c.conv_dst == pr.dst;
+    // x as it lies where c takes it so (one channel: NCHW and NHWC alike).
+    const bool x_own = c.conv_src == pr.src || one_channel_plain(c.conv_src, pr.src);
+    dnnl::memory xu(x_own ? c.conv_src : pr.src, eng, const_cast<float*>(x.data())), yu(pr.dst, eng, y.data());
+    // The convolution writes y itself where it is in y's format and no pool follows.
+    const bool y_own = c.conv_dst == pr.dst && !c.pool;
     dnnl::memory xs = x_own ? xu : dnnl::memory(c.conv_src, eng, detail::scratch(0, c.conv_src.get_size()));
     dnnl::memory ys = y_own ? yu : dnnl::memory(c.conv_dst, eng, detail::scratch(1, c.conv_dst.get_size()));
     if (!x_own) dnnl::reorder(xu, xs).execute(s, xu, xs);
-    if (!y_own && residual.defined()) dnnl::reorder(yu, ys).execute(s, yu, ys);
+    if (residual.defined()) {  // the sum post-op adds to what the convolution's output holds
+      if (y_own) {
+        y.copy_from(residual);
+      } else {
+        const Tensor<float> r = residual.contiguous(nhwc(y) ? Layout::nhwc : Layout::row_major);
+        dnnl::memory ru(pr.conv, eng, const_cast<float*>(r.data()));
+        dnnl::reorder(ru, ys).execute(s, ru, ys);
+      }
+    }
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, c.weights}, {DNNL_ARG_DST, ys}};
     args.emplace(DNNL_ARG_SCRATCHPAD,
                  dnnl::memory(c.scratchpad, eng, detail::scratch(2, std::max<std::size_t>(c.scratchpad.get_size(), 1))));
     if (b_.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr.bias, eng, b_.data()));
     c.conv.execute(s, args);
-    if (!y_own) dnnl::reorder(ys, yu).execute(s, ys, yu);
+    if (c.pool) {
+      const bool p_own = c.pool_dst == pr.dst;
+      dnnl::memory ps = p_own ? yu : dnnl::memory(c.pool_dst, eng, detail::scratch(3, c.pool_dst.get_size()));
+      c.pool->execute(s, {{DNNL_ARG_SRC, ys}, {DNNL_ARG_DST, ps}});
+      if (!p_own) dnnl::reorder(ps, yu).execute(s, ps, yu);
+    } else if (!y_own) {
+      dnnl::reorder(ys, yu).execute(s, ys, yu);
+    }
     s.wait();
   }
 
@@ -284,8 +355,14 @@ class Conv2d {
     const std::int64_t Ho = (H + p_.pad_top + p_.pad_bottom - p_.dilation_h * (R - 1) - 1) / p_.stride_h + 1;
     const std::int64_t Wo = (W + p_.pad_left + p_.pad_right - p_.dilation_w * (S - 1) - 1) / p_.stride_w + 1;
     Prepared pr;
+    const auto y_tag = y_nhwc ? detail::tag::nhwc : detail::tag::nchw;
     pr.src = memory::desc({N, C, H, W}, detail::dt::f32, x_nhwc ? detail::tag::nhwc : detail::tag::nchw);
-    pr.dst = memory::desc({N, K, Ho, Wo}, detail::dt::f32, y_nhwc ? detail::tag::nhwc : detail::tag::nchw);
+    pr.conv = memory::desc({N, K, Ho, Wo}, detail::dt::f32, y_tag);
+    pr.dst = pr.conv;
+    if (pool_) {
+      const Shape ps = pool2d_output_shape(Shape{N, K, Ho, Wo}, *pool_, "onednn::Conv2d");
+      pr.dst = memory::desc({ps[0], ps[1], ps[2], ps[3]}, detail::dt::f32, y_tag);
+    }
     if (b_.defined()) pr.bias = memory::desc({K}, detail::dt::f32, detail::tag::a);
     const memory::desc any_src({N, C, H, W}, detail::dt::f32, detail::tag::any);
     const memory::desc any_dst({N, K, Ho, Wo}, detail::dt::f32, detail::tag::any);
@@ -295,8 +372,15 @@ class Conv2d {
     const std::string own = x_nhwc ? "direct nhwc" : "direct nchw";
     const auto make = [&](const std::string& name) -> std::optional<Candidate> {
       if (name == "direct nhwc" || name == "direct nchw")
-        return name == own ? candidate(name, pr.src, pr.dst, direct, residual) : std::nullopt;
+        return name == own ? candidate(name, pr.src, pr.conv, direct, residual) : std::nullopt;
       if (name == "direct blocked") return candidate(name, any_src, any_dst, direct, residual);
+      if (name == "direct to blocked") {  // x as it is (one channel: as NCHW), y blocked
+        const bool avx512 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+        const memory::desc src = C == 1 ? memory::desc({N, C, H, W}, detail::dt::f32, detail::tag::nchw) : pr.src;
+        return candidate(name, src, memory::desc({N, K, Ho, Wo}, detail::dt::f32,
+                                                 avx512 ? detail::tag::aBcd16b : detail::tag::aBcd8b),
+                         direct, residual);
+      }
       if (name == "winograd blocked" && wino)
         return candidate(name, any_src, any_dst, dnnl::algorithm::convolution_winograd, residual);
       return std::nullopt;
@@ -308,7 +392,8 @@ class Conv2d {
       return pr;
     }
     std::vector<Candidate> cands;
-    for (const std::string& name : {own, std::string("direct blocked"), std::string("winograd blocked")})
+    for (const std::string& name :
+         {own, std::string("direct blocked"), std::string("direct to blocked"), std::string("winograd blocked")})
       if (auto c = make(name)) cands.push_back(std::move(*c));
     if (!cands.empty()) pr.chosen = std::move(choose(cands, pr, x, x_nhwc, y_nhwc, residual, pr.report));
     return pr;
@@ -322,7 +407,7 @@ class Conv2d {
     Rng rng(x.numel());
     const Shape ys = detail::dims_of(pr.dst);
     const auto xt = Tensor<float>::uniform(x, rng, -1, 1, {.layout = xl});
-    const auto rt = residual ? Tensor<float>::uniform(ys, rng, -1, 1, {.layout = yl}) : Tensor<float>{};
+    const auto rt = residual ? Tensor<float>::uniform(detail::dims_of(pr.conv), rng, -1, 1, {.layout = yl}) : Tensor<float>{};
     std::vector<float> ref;
     double best_ms = 0;
     std::size_t best = 0;
@@ -358,151 +443,14 @@ class Conv2d {
   Conv2dParams p_;
   ActivationParams act_;
   std::optional<std::tuple<dnnl::algorithm, float, float>> eltwise_;
+  std::optional<Pool2dParams> pool_;  // pool_after's
   mutable std::mutex m_;
   std::string tactic_;  // under m_
   mutable std::map<Key, std::unique_ptr<Prepared>> by_shape_;
 };
 
-// A linear layer with its weights, bias and activation fixed: y = act(x w^T + bias) for x [N, in],
-// as oneDNN's matmul (its brgemm kernels, whatever BLAS the program links; its inner product
-// primitive ran a batch of 1 on one thread, where the weights' reading bounds it).
-// Per batch size it keeps a primitive and the weights reordered for it. Safe to call from several
-// threads.
-class Linear {
- public:
-  // w [out, in] and bias [out] (or undefined) are viewed: they must not change while in use.
-  Linear(const Tensor<float>& w, const Tensor<float>& bias, const ActivationParams& act)
-      : w_(w.contiguous(Layout::row_major)), b_(bias.defined() ? bias.contiguous(Layout::row_major) : Tensor<float>{}),
-        act_(act), eltwise_(detail::eltwise(act)) {}
-
-  bool fuses_activation() const { return act_.kind == Activation::identity || eltwise_.has_value(); }
-
-  // act(x w^T + bias) for x [N, in] row-major (the activation only where fuses_activation()).
-  Tensor<float> forward(const Tensor<float>& x) const {
-    const Tensor<float> xs = x.contiguous(Layout::row_major);
-    const Prepared& pr = prepared(x.dim(0));
-    Tensor<float> y = Tensor<float>::empty(Shape{x.dim(0), w_.dim(0)});
-    dnnl::memory src(pr.src, detail::engine(), xs.data()), dst(pr.dst, detail::engine(), y.data());
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, pr.weights}, {DNNL_ARG_DST, dst}};
-    if (b_.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr.bias, detail::engine(), b_.data()));
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(pr.scratchpad, detail::engine(),
-                                                   detail::scratch(2, std::max<std::size_t>(pr.scratchpad.get_size(), 1))));
-    pr.mm.execute(detail::stream(), args);
-    detail::stream().wait();
-    return y;
-  }
-
- private:
-  struct Prepared {
-    dnnl::matmul mm;
-    dnnl::memory weights;
-    dnnl::memory::desc src, dst, bias, scratchpad;
-  };
-
-  const Prepared& prepared(std::int64_t n) const {
-    std::lock_guard lock(m_);
-    if (auto it = by_batch_.find(n); it != by_batch_.end()) return *it->second;
-    return *by_batch_.emplace(n, std::make_unique<Prepared>(prepare(n))).first->second;
-  }
-
-  Prepared prepare(std::int64_t n) const {
-    using dnnl::memory;
-    const std::int64_t out = w_.dim(0), in = w_.dim(1);
-    const memory::desc src({n, in}, detail::dt::f32, detail::tag::ab), dst({n, out}, detail::dt::f32, detail::tag::ab);
-    // w [out, in] row-major is the [in, out] weights matrix in column-major order ("ba").
-    const memory::desc user_w({in, out}, detail::dt::f32, detail::tag::ba), any_w({in, out}, detail::dt::f32, detail::tag::any);
-    const memory::desc bias = b_.defined() ? memory::desc({1, out}, detail::dt::f32, detail::tag::ab) : memory::desc();
-    const dnnl::primitive_attr attr = detail::post_ops(eltwise_, false);
-    auto& eng = detail::engine();
-#if DNNL_VERSION_MAJOR >= 3
-    const dnnl::matmul::primitive_desc pd(eng, src, any_w, bias, dst, attr);
-#else
-    const dnnl::matmul::desc d(src, any_w, bias, dst);
-    const dnnl::matmul::primitive_desc pd(d, attr, eng);
-#endif
-    return {dnnl::matmul(pd), detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), src, dst, bias,
-            pd.scratchpad_desc()};
-  }
-
-  Tensor<float> w_, b_;
-  ActivationParams act_;
-  std::optional<std::tuple<dnnl::algorithm, float, float>> eltwise_;
-  mutable std::mutex m_;
-  mutable std::map<std::int64_t, std::unique_ptr<Prepared>> by_batch_;
-};
-
-// A 2-d max or average pool as oneDNN's pooling primitive, for the deploy engine's f32 CPU steps:
-// x contiguous NHWC or NCHW, y in x's layout. Per input shape it keeps a primitive. Safe to call
-// from several threads.
-class Pool2d {
- public:
-  explicit Pool2d(const Pool2dParams& p) : p_(p) {}
-
-  // Whether p is a pool this class runs: no ceil mode and no dilation (the caller runs the others).
-  static bool takes(const Pool2dParams& p) { return !p.ceil_mode && p.dilation_h == 1 && p.dilation_w == 1; }
-
-  Tensor<float> forward(const Tensor<float>& x) const {
-    const bool nhwc = x.layout() == Layout::nhwc || x.dim(1) == 1;
-    Tensor<float> y = Tensor<float>::empty(pool2d_output_shape(x.shape(), p_, "onednn::Pool2d"),
-                                           {.layout = nhwc ? Layout::nhwc : Layout::row_major});
-    forward(x, y);
-    return y;
-  }
-  // Into y: the output's shape, contiguous in x's layout (NHWC, or NCHW), e.g. a batch slice.
-  void forward(const Tensor<float>& x, Tensor<float>& y) const {
-    const bool nhwc = x.layout() == Layout::nhwc || x.dim(1) == 1;
-    const bool y_nhwc = y.layout() == Layout::nhwc || y.dim(1) == 1;
-    CUTRAIN_REQUIRE(y.shape() == pool2d_output_shape(x.shape(), p_, "onednn::Pool2d") && y.is_contiguous() &&
-                        (y_nhwc == nhwc || y.numel() <= 1),
-                    InvalidArgument, "onednn::Pool2d", "y ", y.describe(), " must be the output of x ", x.describe(),
-                    ", contiguous in x's layout");
-    const Prepared& pr = prepared(x.shape(), nhwc);
-    auto& eng = detail::engine();
-    dnnl::memory src(pr.src, eng, x.data()), dst(pr.dst, eng, y.data());
-    pr.pool.execute(detail::stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-    detail::stream().wait();
-  }
-
- private:
-  struct Prepared {
-    dnnl::pooling_forward pool;
-    dnnl::memory::desc src, dst;
-  };
-
-  const Prepared& prepared(const Shape& x, bool nhwc) const {
-    const auto key = std::tuple{x[0], x[1], x[2], x[3], nhwc};
-    std::lock_guard lock(m_);
-    if (auto it = by_shape_.find(key); it != by_shape_.end()) return *it->second;
-    return *by_shape_.emplace(key, std::make_unique<Prepared>(prepare(x, nhwc))).first->second;
-  }
-
-  Prepared prepare(const Shape& x, bool nhwc) const {
-    using dnnl::memory;
-    const Shape y = pool2d_output_shape(x, p_, "onednn::Pool2d");
-    const auto t = nhwc ? detail::tag::nhwc : detail::tag::nchw;
-    const memory::desc src({x[0], x[1], x[2], x[3]}, detail::dt::f32, t), dst({y[0], y[1], y[2], y[3]}, detail::dt::f32, t);
-    const auto alg = p_.mode == PoolMode::max ? dnnl::algorithm::pooling_max
-                     : p_.count_include_pad  ? dnnl::algorithm::pooling_avg_include_padding
-                                             : dnnl::algorithm::pooling_avg_exclude_padding;
-    const memory::dims strides{p_.effective_stride_h(), p_.effective_stride_w()}, kernel{p_.kernel_h, p_.kernel_w};
-    const memory::dims pad_l{p_.pad_top, p_.pad_left}, pad_r{p_.pad_bottom, p_.pad_right};
-    auto& eng = detail::engine();
-#if DNNL_VERSION_MAJOR >= 3
-    const dnnl::pooling_forward::primitive_desc pd(eng, dnnl::prop_kind::forward_inference, alg, src, dst, strides,
-                                                   kernel, memory::dims{0, 0}, pad_l, pad_r);
-#else
-    const dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, strides, kernel, pad_l, pad_r);
-    const dnnl::pooling_forward::primitive_desc pd(d, eng);
-#endif
-    return {dnnl::pooling_forward(pd), src, dst};
-  }
-
-  Pool2dParams p_;
-  mutable std::mutex m_;
-  mutable std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool>, std::unique_ptr<Prepared>>
-      by_shape_;
-};
-
 }  // namespace cutrain::inline CUTRAIN_ABI::cpu::onednn
+
+#include "cutrain/cpu/onednn_layers.hpp"  // Linear, Pool2d
 
 #endif  // CUTRAIN_ONEDNN

@@ -4,10 +4,12 @@
 // layer, or a max/average pool. A flatten of an NHWC activation that only a linear layer reads
 // is a view of the activation's memory as it lies: that layer's weights take their columns in
 // (h, w, c) order, so no NHWC-to-NCHW copy is made. A convolution whose output only a pool
-// reads runs with that pool batch chunk by batch chunk (a chunk's convolution output, about
-// 1 MiB, stays in the cores' caches for the pool instead of going to memory); the pool's step then
-// passes the pooled output on. Elsewhere (other builds, element types, devices and steps) it runs
-// nothing and the engine runs its own path.
+// reads runs with that pool (onednn::Conv2d::pool_after: the pool reads the convolution's output
+// in the convolution's own format, blocked or not, and only the pooled output is reordered); a
+// memory-bound one does so batch chunk by batch chunk (a chunk's convolution output, about
+// 1 MiB, stays in the cores' caches). The pool's step then passes the pooled output on.
+// Elsewhere (other builds, element types, devices and steps) it runs nothing and the engine runs
+// its own path.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -44,6 +46,7 @@ class OnednnSteps {
     pool_.assign(n, nullptr);
     raw_flatten_.assign(n, 0);
     chunk_.assign(n, 0);
+    batch_ = plan.shapes[0][0];
 #ifdef CUTRAIN_ONEDNN
     if constexpr (std::same_as<E, float>) {
       if (!device.is_cpu()) return;
@@ -65,13 +68,15 @@ class OnednnSteps {
         if (!conv_[i] || !pool_[i + 1] || !conv_[i]->fuses_activation() || next.in != s.out || readers != 1 ||
             s.out == plan.output || plan.shapes[static_cast<std::size_t>(next.out)] == plan.shapes[static_cast<std::size_t>(s.out)])
           continue;
-        // Only a memory-bound conv gains (few multiply-adds per output: a deep one runs no faster on
-        // a chunk, and Winograd loses): at most memory_bound_macs per output element.
+        conv_[i]->pool_after(next.pool);
+        chunk_[i + 1] = -1;  // its pool runs inside step i
+        // Only a memory-bound conv gains from chunks (few multiply-adds per output: a deep one runs
+        // no faster on a chunk, and Winograd loses): at most memory_bound_macs per output element.
+        chunk_[i] = batch_;
         if (s.w.numel() / s.w.dim(0) > memory_bound_macs) continue;
         const Shape& y = plan.shapes[static_cast<std::size_t>(s.out)];
         const std::int64_t image = y.numel() / y[0] * static_cast<std::int64_t>(sizeof(E));
         chunk_[i] = std::max<std::int64_t>(1, chunk_bytes / image);
-        chunk_[i + 1] = -1;  // its pool runs inside step i
       }
     }
 #endif
@@ -94,11 +99,12 @@ class OnednnSteps {
   }
 
   // Step i's convolution tactic ("" where it has none); set_tactic: an engine file's choice.
-  // describe: the tactic and, for a convolution run in chunks with its pool, the chunk.
+  // describe: the tactic and, for a convolution run with its pool, that and the chunk.
   std::string describe(std::size_t i) const {
     std::string t = tactic(i);
     if (!t.empty() && chunk_[i] > 0)
-      t += cutrain::detail::cat(", in chunks of ", chunk_[i], " images with the pool after it");
+      t += chunk_[i] < batch_ ? cutrain::detail::cat(", in chunks of ", chunk_[i], " images with the pool after it")
+                              : std::string(", with the pool after it");
     return t;
   }
   std::string tactic([[maybe_unused]] std::size_t i) const {
@@ -121,8 +127,7 @@ class OnednnSteps {
     if constexpr (std::same_as<E, float>) {
       const auto& s = plan.steps[i];
       const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
-      if (chunk_[i] > 0 && x.dim(0) > chunk_[i])
-        if (std::optional<Tensor<E>> y = conv_pool(plan, i, v, layout)) return y;
+      if (chunk_[i] > 0) return conv_pool(plan, i, v, layout);  // nullopt: the engine runs both steps
       if (chunk_[i] < 0) {  // x pooled already (by step i - 1's conv_pool): it has this step's output shape
         Shape pooled = plan.shapes[static_cast<std::size_t>(s.out)];
         pooled[0] = x.dim(0);
@@ -188,33 +193,34 @@ class OnednnSteps {
   std::vector<std::shared_ptr<const cpu::onednn::Linear>> linear_;
   std::vector<std::shared_ptr<const cpu::onednn::Pool2d>> pool_;
   std::vector<char> raw_flatten_;  // a flatten that views its NHWC input's memory as it lies
-  // A convolution's batch chunk when the pool after it runs with it (0: not); -1 for that pool.
+  // A convolution's batch chunk when the pool after it runs with it (0: not; the plan's batch:
+  // whole batches); -1 for that pool.
   std::vector<std::int64_t> chunk_;
+  std::int64_t batch_ = 0;  // the plan's (largest) batch
   static constexpr std::int64_t chunk_bytes = 1 << 20;  // a chunk's convolution output: in cache
   static constexpr std::int64_t memory_bound_macs = 32;   // C/groups x R x S of a conv that chunks
 
 #ifdef CUTRAIN_ONEDNN
-  // Convolution step i and the pool step after it, chunk by chunk of the batch: the pooled output;
-  // nullopt where oneDNN has no direct kernel for a chunk (the engine then runs both steps itself).
+  // Convolution step i and the pool step after it (conv_[i] pools), chunk by chunk of the batch:
+  // the pooled output; nullopt where oneDNN has no direct kernel for a chunk (the engine then runs
+  // both steps itself).
   std::optional<Tensor<E>> conv_pool(const Plan<E>& plan, std::size_t i, const std::vector<Tensor<E>>& v,
                                      Layout l) const {
     const auto& s = plan.steps[i];
     const Tensor<E>& x = v[static_cast<std::size_t>(s.in)];
-    profile::OpScope timed("conv2d_fused_forward + pool2d_forward (oneDNN, in chunks)", x.device());
-    const Tensor<E> xc = x.layout() == Layout::nhwc ? x.view() : x.contiguous(Layout::row_major);
     const std::int64_t n = x.dim(0), c = chunk_[i];
+    profile::OpScope timed(n > c ? "conv2d_fused_forward + pool2d_forward (oneDNN, in chunks)"
+                                 : "conv2d_fused_forward + pool2d_forward (oneDNN)",
+                           x.device());
+    const Tensor<E> xc = x.layout() == Layout::nhwc ? x.view() : x.contiguous(Layout::row_major);
     const Shape ys = conv2d_output_shape(x.shape(), s.w.shape(), s.conv, "deploy::Engine");
-    Shape ts = ys;
-    ts[0] = c;
-    Tensor<E> t = Tensor<E>::empty(ts, {.layout = l});
     Tensor<E> y = Tensor<E>::empty(pool2d_output_shape(ys, plan.steps[i + 1].pool, "deploy::Engine"), {.layout = l});
     for (std::int64_t b = 0; b < n; b += c) {
       const std::int64_t e = std::min(n, b + c);
-      Tensor<E> tb = t.slice(0, 0, e - b), yb = y.slice(0, b, e);
+      Tensor<E> yb = y.slice(0, b, e);
       Tensor<E> r;
       if (s.in2 >= 0) r = v[static_cast<std::size_t>(s.in2)].slice(0, b, e);
-      if (!conv_[i]->forward(xc.slice(0, b, e), r, tb)) return std::nullopt;
-      pool_[i + 1]->forward(tb, yb);
+      if (!conv_[i]->forward(xc.slice(0, b, e), r, yb)) return std::nullopt;
     }
     return y;
   }
