@@ -236,6 +236,7 @@ class Conv2d {
     dnnl::memory::desc scratchpad;          // what it needs of the thread's scratchpad
     std::optional<dnnl::pooling_forward> pool;  // pool_after's, from conv_dst
     dnnl::memory::desc pool_dst;                // its output format (conv_dst's family)
+    bool x_own = false;  // it takes x as it lies (conv_src is the user's, or the same memory)
   };
   struct Prepared {
     std::optional<Candidate> chosen;  // nullopt: no direct kernel
@@ -295,7 +296,7 @@ class Conv2d {
       if (!impl.starts_with("jit") && !impl.starts_with("brg")) return std::nullopt;
       Candidate c{std::move(name), dnnl::convolution_forward(pd),
                   detail::reordered(dnnl::memory(user_w, eng, w_.data()), pd.weights_desc()), pd.src_desc(),
-                  pd.dst_desc(), pd.scratchpad_desc(), std::nullopt, {}};
+                  pd.dst_desc(), pd.scratchpad_desc(), std::nullopt, {}, false};
       if (pool_) {  // on the convolution's output format; its own output in that format's family
         const Shape ps = pool2d_output_shape(detail::dims_of(c.conv_dst), *pool_, "onednn::Conv2d");
         const auto pp = detail::pool_desc(c.conv_dst, memory::desc({ps[0], ps[1], ps[2], ps[3]}, detail::dt::f32,
@@ -314,8 +315,7 @@ class Conv2d {
            Tensor<float>& y) const {
     auto& eng = detail::engine();
     auto& s = detail::stream();
-    // x as it lies where c takes it so (one channel: NCHW and NHWC alike).
-    const bool x_own = c.conv_src == pr.src || one_channel_plain(c.conv_src, pr.src);
+    const bool x_own = c.x_own;
     dnnl::memory xu(x_own ? c.conv_src : pr.src, eng, const_cast<float*>(x.data())), yu(pr.dst, eng, y.data());
     // The convolution writes y itself where it is in y's format and no pool follows.
     const bool y_own = c.conv_dst == pr.dst && !c.pool;
@@ -370,7 +370,7 @@ class Conv2d {
     const bool wino = R == 3 && S == 3 && p_.stride_h == 1 && p_.stride_w == 1 && p_.dilation_h == 1 &&
                       p_.dilation_w == 1 && p_.groups == 1;
     const std::string own = x_nhwc ? "direct nhwc" : "direct nchw";
-    const auto make = [&](const std::string& name) -> std::optional<Candidate> {
+    const auto build = [&](const std::string& name) -> std::optional<Candidate> {
       if (name == "direct nhwc" || name == "direct nchw")
         return name == own ? candidate(name, pr.src, pr.conv, direct, residual) : std::nullopt;
       if (name == "direct blocked") return candidate(name, any_src, any_dst, direct, residual);
@@ -384,6 +384,11 @@ class Conv2d {
       if (name == "winograd blocked" && wino)
         return candidate(name, any_src, any_dst, dnnl::algorithm::convolution_winograd, residual);
       return std::nullopt;
+    };
+    const auto make = [&](const std::string& name) {
+      auto c = build(name);  // x as it lies where c takes it so (one channel: NCHW and NHWC alike)
+      if (c) c->x_own = c->conv_src == pr.src || one_channel_plain(c->conv_src, pr.src);
+      return c;
     };
     if (!all) {
       if (!tactic_.empty()) pr.chosen = make(tactic_);
