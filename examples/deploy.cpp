@@ -7,17 +7,19 @@
 //
 //   deploy [--checkpoint FILE | --model fashion_mnist_cnn|resnet18_cifar] [--device cpu|cuda]
 //          [--precision f32|bf16|f16|fp8] [--calibrate N] [--calibrator max|percentile[:P]]
-//          [--batch N] [--cuda-graph] [--engine FILE] [--export FILE.onnx] [--data DIR] [--limit N]
-//          [--seed N]
+//          [--e4m3 faster|all] [--batch N] [--cuda-graph] [--engine FILE] [--export FILE.onnx]
+//          [--data DIR] [--limit N] [--seed N]
 //
 // --checkpoint reads what `fashion_mnist --checkpoint FILE` writes. --engine FILE saves the
 // engine there and loads it back (compile, save and load times are printed); without it the
 // engine file goes to a temporary file. --precision fp8 is a bf16 engine whose convolutions
 // deploy::quantize_e4m3 calibrates on N batches (--calibrate, default 4) of the training images
 // (random inputs for a model without data) with the given calibrator (default max; percentile:
-// 99.99 unless P is given), GPU only. int8 is refused: on the H200 cuDNN 9.19's int8 convolutions
-// are slower than bf16 (docs/deploy.md). --limit N evaluates the first N test images only. The last line: "engine: test accuracy XX.XX% (model YY.YY%), batch 1 A ms,
-// batch N B ms (C images/s)".
+// 99.99 unless P is given), GPU only; each convolution stays in bf16 where e4m3 is not faster
+// (--e4m3 faster, the default) or every convolution cuDNN has an e4m3 engine for is in e4m3
+// (--e4m3 all). int8 is refused: on the H200 cuDNN 9.19's int8 convolutions are slower than bf16
+// (docs/deploy.md). --limit N evaluates the first N test images only. The last line: "engine:
+// test accuracy XX.XX% (model YY.YY%), batch 1 A ms, batch N B ms (C images/s)".
 #include <algorithm>
 #include <chrono>
 #include <concepts>
@@ -49,15 +51,15 @@ struct Args {
   std::int64_t batch = 256, limit = 0, calibrate = 4;
   deploy::QuantizeOptions calibrator{};
   std::uint64_t seed = 0;
-  bool cuda_graph = false;
+  bool cuda_graph = false, e4m3_all = false;
 };
 
 [[noreturn]] void usage(const std::string& msg) {
   std::cerr << "deploy: " << msg << "\n"
             << "usage: deploy [--checkpoint FILE | --model fashion_mnist_cnn|resnet18_cifar] [--device cpu|cuda]\n"
             << "              [--precision f32|bf16|f16|fp8] [--calibrate N] [--calibrator max|percentile[:P]]\n"
-            << "              [--batch N] [--cuda-graph] [--engine FILE] [--export FILE.onnx] [--data DIR]\n"
-            << "              [--limit N] [--seed N]\n";
+            << "              [--e4m3 faster|all] [--batch N] [--cuda-graph] [--engine FILE] [--export FILE.onnx]\n"
+            << "              [--data DIR] [--limit N] [--seed N]\n";
   std::exit(2);
 }
 
@@ -89,6 +91,10 @@ Args parse(int argc, char** argv) {
         else if (c.rfind("percentile:", 0) == 0)
           a.calibrator = {.calibrator = Calibrator::percentile, .percentile = std::stod(c.substr(11))};
         else usage("--calibrator must be max, percentile or percentile:P");
+      } else if (f == "--e4m3") {
+        const std::string e = value();
+        if (e != "faster" && e != "all") usage("--e4m3 must be faster or all");
+        a.e4m3_all = e == "all";
       }
       else usage("unknown flag " + f);
     } catch (const std::logic_error&) {
@@ -176,7 +182,9 @@ int run(const Args& args, nn::Sequential<float>& net, const Shape& in, const Dev
         for (std::int64_t i = 0; i < args.calibrate; ++i) batches.push_back(cast<E>(Tensor<float>::randn(in, cal, 1.0)).to(dev));
       }
       t0 = Clock::now();
-      deploy::quantize_e4m3(compiled, std::span<const Tensor<E>>(batches), args.calibrator);
+      deploy::QuantizeOptions q = args.calibrator;
+      q.keep_faster = !args.e4m3_all;
+      deploy::quantize_e4m3(compiled, std::span<const Tensor<E>>(batches), q);
       std::printf("calibrated on %zu batches of %s in %.1f ms\n", batches.size(),
                   real ? "Fashion-MNIST training images" : "random inputs", ms_since(t0));
     }
