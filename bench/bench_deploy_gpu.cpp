@@ -1,7 +1,8 @@
 // The counterpart of bench/torch_deploy.py: inference with deploy::compile's engine on the GPU.
 // ResNet-18 for CIFAR-sized input (nn::resnet18_cifar, eval mode, random weights), bf16 NHWC,
 // compiled for batches 1 to 256 (batch norms folded, residual adds and ReLUs fused into the
-// convolutions, heuristics' plans). Per batch size: the engine eager (one dispatch per step) and
+// convolutions; the autotuner's plans as CUTRAIN_AUTOTUNE says: scripts/gpu-check tunes them on a
+// fresh cache, as a user's first run does). Per batch size: the engine eager (one dispatch per step) and
 // with cuda_graph (one replay per call); CUDA events around one call (input copy-in and output
 // copy-out included), median of 30 after 10 warm-up calls. Then the engine saved to an engine
 // file and loaded from it, against compiling (wall clock, each before any call: neither builds a
