@@ -32,7 +32,9 @@ namespace cutrain::inline CUTRAIN_ABI::deploy::detail {
 template <class In, class Out>
 class GraphReplays {
  public:
-  explicit GraphReplays(int device) : stream_(device) {}
+  // The stream and events are made at the first replay: an engine never replayed (a GPT engine's
+  // body, run inside its owner's graph) makes none.
+  explicit GraphReplays(int device) : device_(device) {}
 
   // forward(static x) for x (its device's tensors; the graph's input takes `layout`), captured at
   // x.dim(0)'s first call and replayed: a copy of the output on the caller's stream. op names the
@@ -40,7 +42,12 @@ class GraphReplays {
   template <class F>
   Tensor<Out> replay(std::string_view op, const Tensor<In>& x, Layout layout, const F& forward) {
     std::lock_guard lock(m_);
-    const cudaStream_t caller = cuda::current_stream(), own = stream_.get();
+    if (!sync_) {
+      cutrain::detail::DeviceGuard on(device_);
+      sync_ = std::make_unique<Sync>(device_);
+    }
+    auto& [stream, ready, done, copied] = *sync_;
+    const cudaStream_t caller = cuda::current_stream(), own = stream.get();
     std::unique_ptr<Replay> fresh;
     Replay* slot = nullptr;
     if (auto it = by_batch_.find(x.dim(0)); it != by_batch_.end()) {
@@ -51,25 +58,25 @@ class GraphReplays {
       slot = fresh.get();
     }
     // A previous call from another stream: its replay must have read x, its copy-out read y (on
-    // one stream, the stream's order and ready_ see to both).
+    // one stream, the stream's order and ready see to both).
     const bool other = last_caller_.has_value() && *last_caller_ != caller;
-    if (other) cuda::check(cudaStreamWaitEvent(caller, done_.get(), 0), op, "cudaStreamWaitEvent");
+    if (other) cuda::check(cudaStreamWaitEvent(caller, done.get(), 0), op, "cudaStreamWaitEvent");
     slot->x.copy_from(x);
-    ready_.record(caller);
+    ready.record(caller);
     {
       cuda::StreamGuard on(own);
-      cuda::check(cudaStreamWaitEvent(own, ready_.get(), 0), op, "cudaStreamWaitEvent");
-      if (other) cuda::check(cudaStreamWaitEvent(own, copied_.get(), 0), op, "cudaStreamWaitEvent");
+      cuda::check(cudaStreamWaitEvent(own, ready.get(), 0), op, "cudaStreamWaitEvent");
+      if (other) cuda::check(cudaStreamWaitEvent(own, copied.get(), 0), op, "cudaStreamWaitEvent");
       if (fresh) {
         (void)forward(std::as_const(slot->x));  // plans built, kernels loaded: none of it may be captured
         slot->graph.capture([&] { slot->y = forward(std::as_const(slot->x)); });
       }
       slot->graph.replay();
-      done_.record(own);
+      done.record(own);
     }
-    cuda::check(cudaStreamWaitEvent(caller, done_.get(), 0), op, "cudaStreamWaitEvent");
+    cuda::check(cudaStreamWaitEvent(caller, done.get(), 0), op, "cudaStreamWaitEvent");
     Tensor<Out> y = slot->y.clone(slot->y.layout());
-    copied_.record(caller);
+    copied.record(caller);
     last_caller_ = caller;
     if (fresh) by_batch_.emplace(x.dim(0), std::move(fresh));
     return y;
@@ -95,9 +102,14 @@ class GraphReplays {
     Tensor<In> x;
     Tensor<Out> y;
   };
-  cuda::Stream stream_;
-  // The caller's stream up to the call; ours up to its replay; the caller's up to the copy-out.
-  cuda::Event ready_, done_, copied_;
+  struct Sync {
+    explicit Sync(int device) : stream(device) {}
+    cuda::Stream stream;
+    // The caller's stream up to the call; ours up to its replay; the caller's up to the copy-out.
+    cuda::Event ready, done, copied;
+  };
+  int device_;
+  std::unique_ptr<Sync> sync_;
   std::optional<cudaStream_t> last_caller_;  // the stream of the last call that completed
   std::map<std::int64_t, std::unique_ptr<Replay>> by_batch_;
   mutable std::mutex m_;
