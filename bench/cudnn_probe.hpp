@@ -124,16 +124,31 @@ inline Result plan_and_time(cudnnHandle_t handle, fe::graph::Graph& g, Pack& pac
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
+  std::string untimed;  // why the last built plan that could not be timed was not
   for (std::int64_t i = 0; i < r.listed && r.built != max_built; ++i) {
     if (!g.build_plan_at_index(handle, i).is_good()) continue;
     ++r.built;
     if (r.built > 8) continue;  // time the first 8 that build
     std::int64_t ws_bytes = 0;
-    if (!g.get_workspace_size_plan_at_index(i, ws_bytes).is_good()) continue;
+    if (auto e = g.get_workspace_size_plan_at_index(i, ws_bytes); !e.is_good()) {
+      untimed = "workspace size: " + e.get_message();
+      continue;
+    }
     void* ws = ws_bytes > 0 ? random_buffer(static_cast<std::size_t>(ws_bytes)) : nullptr;
-    bool ok = true;
-    for (int k = 0; k < 3 && ok; ++k) ok = g.execute_plan_at_index(handle, pack, ws, i).is_good();
-    if (!ok || cudaDeviceSynchronize() != cudaSuccess) continue;
+    if (ws_bytes > 0 && !ws) {
+      untimed = "workspace: cudaMalloc failed";
+      continue;
+    }
+    fe::error_t e;
+    for (int k = 0; k < 3 && e.is_good(); ++k) e = g.execute_plan_at_index(handle, pack, ws, i);
+    if (!e.is_good()) {
+      untimed = "execute: " + e.get_message();
+      continue;
+    }
+    if (const cudaError_t c = cudaDeviceSynchronize(); c != cudaSuccess) {
+      untimed = std::string("execute: ") + cudaGetErrorString(c);
+      continue;
+    }
     std::vector<double> ms;
     for (int rep = 0; rep < 20; ++rep) {
       cudaEventRecord(a);
@@ -150,6 +165,11 @@ inline Result plan_and_time(cudnnHandle_t handle, fe::graph::Graph& g, Pack& pac
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   if (r.built == 0) r.status = "no plan builds";
+  if (r.built > 0 && r.best_ms < 0 && !untimed.empty()) {  // best_ms stays -1: say why
+    r.status = "built, not timed: " + untimed;
+    std::replace(r.status.begin(), r.status.end(), '"', '\'');
+    std::replace(r.status.begin(), r.status.end(), '\n', ' ');
+  }
   return r;
 }
 
