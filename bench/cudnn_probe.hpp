@@ -109,10 +109,13 @@ inline void print_row(bool first, const std::string& fields, const Result& r) {
 // g (every tensor in pack) planned, built and timed; the status names the step that failed.
 inline Result plan_and_time(cudnnHandle_t handle, fe::graph::Graph& g, Pack& pack, std::int64_t max_built = -1) {
   Result r;
+  const auto say = [&](std::string status) {  // as a JSON string holds it
+    std::replace(status.begin(), status.end(), '"', '\'');
+    std::replace(status.begin(), status.end(), '\n', ' ');
+    r.status = std::move(status);
+  };
   const auto fail = [&](const char* step, fe::error_t e) {
-    r.status = std::string(step) + ": " + e.get_message();
-    std::replace(r.status.begin(), r.status.end(), '"', '\'');
-    std::replace(r.status.begin(), r.status.end(), '\n', ' ');
+    say(std::string(step) + ": " + e.get_message());
     return r;
   };
   if (auto e = g.validate(); !e.is_good()) return fail("validate", e);
@@ -165,11 +168,7 @@ inline Result plan_and_time(cudnnHandle_t handle, fe::graph::Graph& g, Pack& pac
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   if (r.built == 0) r.status = "no plan builds";
-  if (r.built > 0 && r.best_ms < 0 && !untimed.empty()) {  // best_ms stays -1: say why
-    r.status = "built, not timed: " + untimed;
-    std::replace(r.status.begin(), r.status.end(), '"', '\'');
-    std::replace(r.status.begin(), r.status.end(), '\n', ' ');
-  }
+  if (r.built > 0 && r.best_ms < 0 && !untimed.empty()) say("built, not timed: " + untimed);  // best_ms stays -1
   return r;
 }
 

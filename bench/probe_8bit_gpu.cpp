@@ -63,8 +63,8 @@ Result probe(cudnnHandle_t handle, const ConvShape& s, Variant v) {
   if (fp8) {
     auto dx = scalar(g, "descale_x"), dw = scalar(g, "descale_w");
     y = g.pointwise(g.pointwise(y, dx, mul), dw, mul);
-    pack[dx] = random_buffer(4);
-    pack[dw] = random_buffer(4);
+    bind(pack, dx);
+    bind(pack, dw);
   }
   auto bias = nhwc(g, "bias", 1, s.k, 1, 1, int8 ? fe::DataType_t::FLOAT : fe::DataType_t::BFLOAT16);
   y = g.pointwise(g.pointwise(y, bias, add), relu);
@@ -75,12 +75,11 @@ Result probe(cudnnHandle_t handle, const ConvShape& s, Variant v) {
   if (v == Variant::fp8_fp8 || v == Variant::fp8_both) {
     auto sy = scalar(g, "scale_y");
     y = g.pointwise(y, sy, mul);
-    pack[sy] = random_buffer(4);
+    bind(pack, sy);
   }
   y->set_output(true).set_data_type(out_t);
-  pack[x] = random_buffer(static_cast<std::size_t>(s.n * s.c * s.h * s.w) * bytes_of(in_t));
-  pack[w] = random_buffer(static_cast<std::size_t>(s.k * s.c * s.r * s.r) * bytes_of(in_t));
-  pack[bias] = random_buffer(static_cast<std::size_t>(s.k) * (int8 ? 4 : 2));
+  for (const auto& t : {x, w, bias}) bind(pack, t);
+  // y's dims are inferred when the graph validates: its buffer is sized here.
   pack[y] = random_buffer(static_cast<std::size_t>(s.n * s.k * p * q) * bytes_of(out_t));
   return plan_and_time(handle, g, pack);
 }
