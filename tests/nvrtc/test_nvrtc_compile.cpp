@@ -71,7 +71,7 @@ TEST_CASE("the kernel programs cover every dtype instantiation once") {
   const std::vector<std::string> per_dtype = {"elementwise", "dropout", "cross_entropy", "bias_grad", "optim",
                                               "pool2d", "batch_norm_inference", "softmax", "reduce", "activation",
                                               "batch_norm_train", "index", "broadcast", "pool2d_dilated", "quantize",
-                                              "layer_norm"};
+                                              "layer_norm", "linear_cross_entropy"};
   CHECK(programs.size() == 1 + 3 * per_dtype.size() + 3 * 3);
   std::set<std::string> names;
   for (const auto& p : programs) names.insert(p.name);
@@ -288,12 +288,12 @@ TEST_CASE("prefetch compiles in the background; a load waits for it instead of c
   CHECK(names.count("cast_cutrain_f16_float") == 1);
   CHECK(names.count("elementwise_cutrain_bf16") == 0);
   CHECK(names.count("cast_cutrain_bf16_cutrain_f16") == 0);
-  CHECK(f32.size() == 1 + 16 + 5);  // copy, 16 programs, casts float->3 and 2 others->float
+  CHECK(f32.size() == 1 + 17 + 5);  // copy, 17 programs, casts float->3 and 2 others->float
   // Mixed precision also launches the f32 programs (master weights, optimizer, loss).
   std::set<std::string> bf;
   for (const auto& p : programs_for("cutrain_bf16")) bf.insert(p.name);
   CHECK(bf.count("elementwise_cutrain_bf16") == 1);
   CHECK(bf.count("optim_float") == 1);
   CHECK(bf.count("elementwise_cutrain_f16") == 0);
-  CHECK(bf.size() == 1 + 16 + 16 + 8);  // copy, bf16's and f32's programs, the casts naming either
+  CHECK(bf.size() == 1 + 17 + 17 + 8);  // copy, bf16's and f32's programs, the casts naming either
 }

@@ -8,6 +8,7 @@
 #include "cutrain/core/abi.hpp"
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -103,14 +104,37 @@ class GPT : public Module<GPT<T>, T> {
   // tokens [B, S] (int32 in [0, vocab), S <= context, on the model's device) -> logits [B·S, vocab] in X.
   template <RunsIn<T> X = T>
   Var<X> operator()(const Tensor<std::int32_t>& tokens) const {
+    return autograd::linear(hidden<X>(tokens), autograd::cast<X>(wte.weight));
+  }
+
+  // The mean (or p's reduction) cross-entropy of the next-token logits against targets [B, S] (or
+  // [B·S]; int32 in [0, vocab) or p.ignore_index) through the fused classifier
+  // (autograd::linear_cross_entropy): the logits are never held whole, nor in f32. The loss is
+  // f32 (f64 in an f64 model), whatever X.
+  template <RunsIn<T> X = T>
+  Var<loss_float_t<X>> loss(const Tensor<std::int32_t>& tokens, const Tensor<std::int32_t>& targets,
+                            const LinearCrossEntropyParams& p = {}) const {
+    const Var<X> h = hidden<X>(tokens);
+    CUTRAIN_REQUIRE(targets.defined() && targets.numel() == h.value().dim(0), InvalidArgument, "nn::GPT::loss",
+                    "targets must hold one token per input token, ", tokens.describe(), ", got ",
+                    targets.defined() ? targets.describe() : std::string("an undefined tensor"));
+    const Tensor<std::int32_t> flat = targets.contiguous().reshape({targets.numel()});
+    if constexpr (std::same_as<X, T> || std::same_as<T, float>)
+      return autograd::linear_cross_entropy(h, wte.weight, flat, p);
+    else
+      return autograd::linear_cross_entropy(h, autograd::cast<X>(wte.weight), flat, p);
+  }
+
+  // The final layer norm's output [B·S, dim] for tokens [B, S]: what the output head reads.
+  template <RunsIn<T> X = T>
+  Var<X> hidden(const Tensor<std::int32_t>& tokens) const {
     CUTRAIN_REQUIRE(tokens.defined() && tokens.rank() == 2 && tokens.dim(1) >= 1 && tokens.dim(1) <= opts_.context,
                     InvalidArgument, "nn::GPT", "tokens must be int32 [B, S] with 1 <= S <= context ", opts_.context,
                     ", got ", tokens.defined() ? tokens.describe() : std::string("an undefined tensor"));
     const std::int64_t b = tokens.dim(0), s = tokens.dim(1);
     Var<X> x = autograd::add(wte.template operator()<X>(tokens), wpe.template operator()<X>(positions(s, tokens.device())));
     for (const auto& block : blocks) x = block(x);
-    const Var<X> flat = autograd::reshape(ln_f(x), Shape{b * s, opts_.dim});
-    return autograd::linear(flat, autograd::cast<X>(wte.weight));
+    return autograd::reshape(ln_f(x), Shape{b * s, opts_.dim});
   }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {

@@ -21,6 +21,7 @@
 #include "cutrain/cuda/kernels/elementwise_cuh.hpp"
 #include "cutrain/cuda/kernels/index_cuh.hpp"
 #include "cutrain/cuda/kernels/layer_norm_cuh.hpp"
+#include "cutrain/cuda/kernels/linear_cross_entropy_cuh.hpp"
 #include "cutrain/cuda/kernels/optim_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_cuh.hpp"
 #include "cutrain/cuda/kernels/pool2d_dilated_cuh.hpp"
@@ -197,6 +198,16 @@ inline Program index(std::string_view t) {
                        "cutrain_embedding", "cutrain_embedding_vec"});
 }
 
+// The fused classifier's cross-entropy (linear_cross_entropy.cuh): the count of labels not
+// ignored, the rows' loss with the gradient written over the logits (rows of ld elements), the
+// reduction of the row losses, the f32 accumulation of the chunks' weight gradients and the
+// scaling of the gradients by the upstream gradient read on the device.
+inline Program linear_cross_entropy(std::string_view t) {
+  return make_program("linear_cross_entropy", source::linear_cross_entropy, {{"T", t}},
+                      {"cutrain_lce_count", "cutrain_lce_rows", "cutrain_lce_reduce", "cutrain_lce_accumulate",
+                       "cutrain_lce_scale", "cutrain_lce_scale_f32"});
+}
+
 // x / scale as FP8 e4m3 bytes (core/fp8.hpp's rounding), for the deploy engine's 8-bit convolutions.
 inline Program quantize(std::string_view t) {
   return make_program("quantize", source::quantize, {{"T", t}}, {"cutrain_quantize_e4m3"});
@@ -212,6 +223,7 @@ inline std::vector<Program> all_programs() {
     all.push_back(programs::broadcast(t));
     all.push_back(programs::dropout(t));
     all.push_back(programs::cross_entropy(t));
+    all.push_back(programs::linear_cross_entropy(t));
     all.push_back(programs::bias_grad(t));
     all.push_back(programs::optim(t));
     all.push_back(programs::pool2d(t));
