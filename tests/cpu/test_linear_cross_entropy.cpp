@@ -181,6 +181,35 @@ TEST_CASE("gradient accumulation over micro-batches equals the large batch") {
   }
 }
 
+TEST_CASE("nn::GPT with recompute: the same loss and gradients, blocks recomputed in backward") {
+  const nn::GPTOptions o{.vocab = 17, .context = 6, .dim = 8, .heads = 2, .layers = 3, .seed = 21};
+  nn::GPTOptions r = o;
+  r.recompute = true;
+  nn::GPT<double> plain(o), recomputed(r);
+  Rng rng(78);
+  std::vector<std::int32_t> tok(2 * 6), tgt(2 * 6);
+  for (auto& t : tok) t = static_cast<std::int32_t>(rng.below(17));
+  for (auto& t : tgt) t = static_cast<std::int32_t>(rng.below(17));
+  const auto tokens = Tensor<std::int32_t>::from_vector(tok, Shape{2, 6});
+  const auto targets = Tensor<std::int32_t>::from_vector(tgt, Shape{2, 6});
+  const Var<double> a = plain.loss(tokens, targets), b = recomputed.loss(tokens, targets);
+  CHECK(a.value().flat(0) == b.value().flat(0));
+  a.backward();
+  b.backward();
+  const auto pa = plain.named_parameters(), pb = recomputed.named_parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    INFO(pa[i].first);
+    REQUIRE(pb[i].second.grad().defined());
+    CHECK(max_abs_diff(pa[i].second.grad(), pb[i].second.grad()) < 1e-12);
+  }
+  // Under NoGradGuard it is the plain forward.
+  autograd::NoGradGuard no_grad;
+  CHECK(recomputed.loss(tokens, targets).value().flat(0) == a.value().flat(0));
+  nn::GPTOptions bad = r;
+  bad.attn_dropout = 0.1;
+  CUTRAIN_REQUIRE_THROWS_OP(nn::GPT<double>{bad}, InvalidArgument, "recompute needs attn_dropout 0");
+}
+
 TEST_CASE("linear_cross_entropy: bad input") {
   Rng rng(77);
   auto x = Tensor<double>::randn({3, 4}, rng);

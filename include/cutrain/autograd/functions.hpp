@@ -9,6 +9,7 @@
 #include "cutrain/autograd/functions/attention.hpp"
 #include "cutrain/autograd/functions/batch_norm_act.hpp"
 #include "cutrain/autograd/functions/broadcast.hpp"
+#include "cutrain/autograd/functions/checkpoint.hpp"
 #include "cutrain/autograd/functions/conv_pool.hpp"
 #include "cutrain/autograd/functions/conv_transpose.hpp"
 #include "cutrain/autograd/functions/elementwise.hpp"

@@ -81,6 +81,9 @@ class TransformerBlock : public Module<TransformerBlock<T>, T> {
 struct GPTOptions {
   std::int64_t vocab = 0, context = 0, dim = 384, heads = 6, layers = 6;
   double attn_dropout = 0;  // in every block's attention, in training
+  // Keep only each block's input for backward and run the block again there (autograd::
+  // checkpoint): activation memory of one block instead of all, for a third more forward work.
+  bool recompute = false;
   std::uint64_t seed = 0;
 };
 
@@ -133,7 +136,10 @@ class GPT : public Module<GPT<T>, T> {
                     ", got ", tokens.defined() ? tokens.describe() : std::string("an undefined tensor"));
     const std::int64_t b = tokens.dim(0), s = tokens.dim(1);
     Var<X> x = autograd::add(wte.template operator()<X>(tokens), wpe.template operator()<X>(positions(s, tokens.device())));
-    for (const auto& block : blocks) x = block(x);
+    for (const auto& block : blocks) {
+      if (opts_.recompute) x = autograd::checkpoint<X>([&block](const Var<X>& v) { return block(v); }, x);
+      else x = block(x);
+    }
     return autograd::reshape(ln_f(x), Shape{b * s, opts_.dim});
   }
 
@@ -170,6 +176,9 @@ class GPT : public Module<GPT<T>, T> {
                     ", layers ", o.layers);
     CUTRAIN_REQUIRE(o.dim > 0 && o.heads > 0 && o.dim % o.heads == 0, InvalidArgument, "nn::GPT",
                     "dim must be a positive multiple of heads, got dim ", o.dim, ", heads ", o.heads);
+    CUTRAIN_REQUIRE(!o.recompute || o.attn_dropout == 0, InvalidArgument, "nn::GPT",
+                    "recompute needs attn_dropout 0 (a recomputed block must draw the same dropout mask), got ",
+                    o.attn_dropout);
     return o;
   }
   GPTOptions opts_;

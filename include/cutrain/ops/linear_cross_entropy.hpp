@@ -93,7 +93,7 @@ void linear_cross_entropy_scale_grads(const Tensor<loss_float_t<T>>& dloss, Tens
         return 0;
       },
       CUTRAIN_IF_CUDA([&](const auto&, const auto&) {
-        cuda::kernels::scale_classifier_grads(dloss, dx, dw);
+        if constexpr (cuda::GpuFloat<T>) cuda::kernels::scale_classifier_grads(dloss, dx, dw);
         return 0;
       }),
       dx, dw);

@@ -70,7 +70,7 @@ Var<loss_float_t<X>> linear_cross_entropy(const Var<X>& x, const Var<W>& w, cons
     wx = w.value().view();
   } else {
     NoGradGuard no_record;  // the kept cast only; the gradient goes to w directly
-    wx = cast<X>(w).value();
+    wx = cast<X>(w).value().view();
   }
   LinearCrossEntropyResult<X> r = ops::linear_cross_entropy(x.value(), wx, labels, p, grads);
   if (!grads) return Var<L>(std::move(r.loss));
