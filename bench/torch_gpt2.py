@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch's GPT-2 124M training step, to set beside cutrain's nn::GPT on the same GPU: the same
-model, init and optimizer as bench/torch_char_gpt.py, at GPT-2 size, timed per batch size and mode.
+model, init and optimizer as bench/torch_char_gpt.py, at GPT-2 size, timed per batch size and mode;
+with --train, a training run whose validation loss sets beside examples/gpt's on the same shards.
 
   python3 bench/torch_gpt2.py --batches 16,32,64 --modes eager,compile --out torch_gpt2.json
   python3 bench/torch_gpt2.py --batches 16 --modes eager,compile,compile-graph \
       --shards 'fineweb10B/fineweb_train_*.bin' --profile torch_gpt2_profile.txt
   python3 bench/torch_gpt2.py --device cpu --batches 2 --context 64 --vocab 512 --layers 2 \
       --heads 2 --dim 64 --modes eager --steps 3 --warmup 1             (a smoke run on the CPU)
+  python3 bench/torch_gpt2.py --train --shards DIR --batch 16 --steps 2000 --lr 6e-4 --min-lr 6e-5 \
+      --warmup 200 --eval-every 250 --eval-batches 20 --mode compile --out torch_gpt2_train.json
 
 Model (as torch_char_gpt.py and nn::GPT): wte [V, C] + wpe [T, C]; L pre-norm blocks
   x = x + proj(attn(ln1(x))),  x = x + fc2(gelu_tanh(fc1(ln2(x))))
@@ -21,7 +24,7 @@ device and cycled; or, with --shards, llm.c .bin shards (256 int32 header: magic
 version 1, token count; then uint16 tokens; a folder means its *_train_*.bin) walked as llm.c's
 loader and cutrain's data::ShardLoader do: a step takes the next B*T + 1 tokens of the current
 shard (x = [:-1], y = [1:] as [B, T]), or moves to the start of the next shard (after the last, the
-first) where too few are left; all the run's batches are copied to the device first.
+first) where too few are left; the benchmark copies all its batches to the device first.
 Step: bf16 autocast, f32 master weights; loss = F.cross_entropy(logits, y) inside autocast (it
 runs in f32 there, as nanoGPT's); backward; clip_grad_norm_(1.0); AdamW(fused, lr 6e-4 fixed,
 betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the 2-d weights except wte and wpe, that is the
@@ -37,6 +40,15 @@ full, not halved for the causal mask); peak --peak-tflops (989: H100 and H200 SX
 Peak memory: torch.cuda.max_memory_allocated() over warm-up and timed steps of that row, and
 max_memory_reserved() (what the caching allocator held: the figure cutrain reports).
 --profile FILE: torch.profiler over 5 steps of the first batch size in its fastest mode.
+Training (--train, one --mode: eager or compile): --steps steps of --batch rows of DIR's
+*_train_*.bin in the walk above, each batch made on the host and copied through pinned memory; the
+step above at examples/gpt's learning rate for step k (from 0): lr (k + 1) / warmup below --warmup,
+then min_lr + (lr - min_lr) (1 + cos(pi min(1, p))) / 2, p = (k - warmup) / max(1, steps - 1 - warmup).
+Every --eval-every steps and after the last, "step K: val loss L": the first --eval-batches batches
+of DIR's *_val_*.bin in the same walk from its start, under no_grad and autocast, the sum of their
+tokens' cross-entropies over the token count (examples/gpt's evaluate). Every --log-every steps the
+mean train loss since the last line. --out: the evals, final_val_loss, median_step_ms (wall clock
+from a step's start to its loss read back; the first 10 steps left out, as examples/gpt) and config.
 """
 import argparse
 import contextlib
@@ -103,50 +115,67 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
 
 
-def shard_paths(spec):
-    """A folder's *_train_*.bin (as cutrain's data::find_shards), or a glob; sorted."""
-    paths = sorted(glob.glob(os.path.join(spec, "*_train_*.bin") if os.path.isdir(spec) else spec))
+def shard_paths(spec, split="train"):
+    """A folder's *_{split}_*.bin (as cutrain's data::find_shards), or a glob; sorted."""
+    paths = sorted(glob.glob(os.path.join(spec, f"*_{split}_*.bin") if os.path.isdir(spec) else spec))
     if not paths:
         raise SystemExit(f"torch_gpt2: no .bin shards at {spec}")
     return paths
 
 
-def read_shard(path, limit):
-    """At most limit tokens of an llm.c token shard, as an int64 tensor."""
+def read_shard(path):
+    """The tokens of an llm.c token shard, as an int64 tensor."""
     with open(path, "rb") as f:
         header = struct.unpack("<256i", f.read(1024))
         if header[0] != 20240520 or header[1] != 1:
             raise SystemExit(f"torch_gpt2: {path} is not an llm.c v1 token shard "
                              f"(magic {header[0]}, version {header[1]})")
-        n = min(header[2], limit)
-        raw = f.read(2 * n)
-    if len(raw) != 2 * n:
-        raise SystemExit(f"torch_gpt2: {path} ends at token {len(raw) // 2}, its header says {header[2]}")
-    if not raw:
-        return torch.zeros(0, dtype=torch.long)
-    return torch.frombuffer(bytearray(raw), dtype=torch.int16).long() & 0xFFFF
+        raw = bytearray(f.read())
+    if len(raw) != 2 * header[2]:
+        raise SystemExit(f"torch_gpt2: {path} holds {len(raw)} bytes of tokens, its header says {header[2]} tokens")
+    return torch.frombuffer(raw, dtype=torch.int16).long() & 0xFFFF if raw else torch.zeros(0, dtype=torch.long)
+
+
+class ShardWalk:
+    """Endless host batches x, y [batch, context] (int64) of llm.c's sequential walk over shards,
+    as cutrain's data::ShardLoader at world 1; one shard in memory at a time."""
+
+    def __init__(self, paths, batch, context, vocab):
+        self.paths, self.batch, self.context, self.vocab = paths, batch, context, vocab
+        self.loaded, self.tokens = None, None
+        self.reset()
+
+    def reset(self):
+        self.shard, self.pos = 0, 0
+
+    def load(self, i):
+        if self.loaded != i:
+            self.tokens, self.loaded = None, None  # the old shard goes before the new one comes
+            tok, path = read_shard(self.paths[i]), self.paths[i]
+            if len(tok) < self.batch * self.context + 1:
+                raise SystemExit(f"torch_gpt2: {path} has {len(tok)} tokens, fewer than a step's "
+                                 f"batch {self.batch} x context {self.context} + 1")
+            if int(tok.max()) >= self.vocab:
+                raise SystemExit(f"torch_gpt2: {path} holds token {int(tok.max())}, --vocab is {self.vocab}")
+            self.tokens, self.loaded = tok, i
+        return self.tokens
+
+    def next(self):
+        n = self.batch * self.context
+        if self.pos + n + 1 > len(self.load(self.shard)):
+            self.shard, self.pos = (self.shard + 1) % len(self.paths), 0
+        w = self.load(self.shard)[self.pos:self.pos + n + 1]
+        self.pos += n
+        return w[:-1].view(self.batch, self.context), w[1:].view(self.batch, self.context)
 
 
 def make_batches(args, batch, count, dev):
     """x, y [count, batch, context] on dev: random tokens, or consecutive windows of the shards."""
     t = args.context
-    if args.shards:  # llm.c's walk: a step never spans two shards; after the last comes the first
-        paths, size, steps = shard_paths(args.shards), batch * t, []
-        while len(steps) < count:
-            before = len(steps)
-            for path in paths:
-                need = count - len(steps)
-                if not need:
-                    break
-                tok = read_shard(path, need * size + 1)
-                steps += [tok[j * size:(j + 1) * size + 1] for j in range((len(tok) - 1) // size)]
-            if len(steps) == before:
-                raise SystemExit(f"torch_gpt2: no shard holds the {size + 1} tokens of a step at batch {batch}")
-        tok = torch.stack(steps)
-        if int(tok.max()) >= args.vocab:
-            raise SystemExit(f"torch_gpt2: the shards hold token {int(tok.max())}, --vocab is {args.vocab}")
-        x, y = tok[:, :-1].reshape(count, batch, t), tok[:, 1:].reshape(count, batch, t)
-        return x.to(dev), y.to(dev)
+    if args.shards:
+        walk = ShardWalk(shard_paths(args.shards), batch, t, args.vocab)
+        x, y = zip(*(walk.next() for _ in range(count)))
+        return torch.stack(x).to(dev), torch.stack(y).to(dev)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     w = torch.randint(0, args.vocab, (count, batch, t + 1), generator=gen, device=dev)
     return w[..., :-1].contiguous(), w[..., 1:].contiguous()
@@ -161,11 +190,12 @@ def make_optimizer(model, cuda):
 
 
 class Run:
-    """One (batch, mode): a fresh model, its optimizer and batches; step(k) runs training step k."""
+    """One (batch, mode): a fresh model, its optimizer and (pool) batches; step(k) runs training
+    step k on the batches made here, update(x, y) a step on the given ones."""
 
-    def __init__(self, args, batch, mode, dev):
+    def __init__(self, args, batch, mode, dev, pool=True):
         torch._dynamo.reset()  # no graph or automatic-dynamic shape carried over from another row
-        self.cuda, self.graph = dev.type == "cuda", mode == "compile-graph"
+        self.dev, self.cuda, self.graph = dev, dev.type == "cuda", mode == "compile-graph"
         flash = self.cuda and args.sdpa == "flash"
         self.attention = (lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)) if flash else contextlib.nullcontext
         torch.manual_seed(args.seed)
@@ -173,15 +203,22 @@ class Run:
         self.fwd = self.model if MODES[mode] is None else torch.compile(self.model, mode=MODES[mode])
         self.opt = make_optimizer(self.model, self.cuda)
         self.params = list(self.model.parameters())
-        count = args.warmup + args.steps if args.shards else min(args.pool, args.warmup + args.steps)
-        self.x, self.y = make_batches(args, batch, max(count, 1), dev)
+        if pool:
+            count = args.warmup + args.steps if args.shards else min(args.pool, args.warmup + args.steps)
+            self.x, self.y = make_batches(args, batch, max(count, 1), dev)
+
+    def autocast(self):
+        return torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.cuda)
 
     def step(self, k):
+        i = k % len(self.x)
+        return self.update(self.x[i], self.y[i])
+
+    def update(self, x, y):
         if self.graph:
             torch.compiler.cudagraph_mark_step_begin()
-        i = k % len(self.x)
-        with torch.autocast(self.x.device.type, dtype=torch.bfloat16, enabled=self.cuda), self.attention():
-            loss = self.fwd(self.x[i], self.y[i])
+        with self.autocast(), self.attention():
+            loss = self.fwd(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
@@ -269,6 +306,73 @@ def profile(args, batch, mode, dev, path):
     release(cuda)
 
 
+def lr_at(args, k):
+    """examples/gpt's lr_at: linear warm-up, then cosine decay to --min-lr at the last step."""
+    if k < args.warmup:
+        return args.lr * (k + 1) / args.warmup
+    p = (k - args.warmup) / max(1, args.steps - 1 - args.warmup)
+    return args.min_lr + (args.lr - args.min_lr) * (1 + math.cos(math.pi * min(1.0, p))) / 2
+
+
+def evaluate(run, walk, count, feed):
+    """Mean cross-entropy over every token of the walk's first count batches (examples/gpt's evaluate)."""
+    walk.reset()
+    total, n = 0.0, 0
+    with torch.no_grad(), run.autocast(), run.attention():
+        for _ in range(count):
+            x, y = feed(walk.next())
+            total += run.model(x, y).item() * y.numel()  # the eager module: no inference graph to compile
+            n += y.numel()
+    return total / n
+
+
+def train(args, dev):
+    """--train: one model trained on the shards' train split; its val loss as examples/gpt reports it."""
+    cuda = dev.type == "cuda"
+    walks = [ShardWalk(shard_paths(args.shards, s), args.batch, args.context, args.vocab) for s in ("train", "val")]
+    run = Run(args, args.batch, args.mode, dev, pool=False)
+    # Each step ends by reading its loss back, so the pinned buffers are free again when refilled.
+    pinned = [torch.empty(args.batch, args.context, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+
+    def feed(xy):
+        return [buf.copy_(t).to(dev, non_blocking=True) for buf, t in zip(pinned, xy)]
+
+    n_params = sum(p.numel() for p in run.params)
+    result = {"torch": torch.__version__, "gpu": device_name(dev), "config": vars(args), "params": n_params,
+              "train": [], "evals": []}
+    print(f"torch {torch.__version__}, {result['gpu']}: training {n_params} parameters ({args.layers} layers, "
+          f"{args.heads} heads, dim {args.dim}, context {args.context}, vocab {args.model_vocab}), batch "
+          f"{args.batch}, {args.steps} steps, mode {args.mode}, {'bf16' if cuda else 'f32'}; {args.shards}", flush=True)
+    ms, window = [], []
+    for k in range(args.steps):
+        lr = lr_at(args, k)
+        for g in run.opt.param_groups:
+            g["lr"] = lr
+        x, y = feed(walks[0].next())
+        begin = time.perf_counter()
+        window.append(run.update(x, y).item())  # waits for the step
+        ms.append((time.perf_counter() - begin) * 1e3)
+        step = k + 1
+        if step % args.log_every == 0 or step == args.steps:
+            loss = sum(window) / len(window)
+            result["train"].append({"step": step, "loss": loss, "lr": lr, "ms": ms[-1]})
+            print(f"step {step:5d}/{args.steps} | loss {loss:.4f} | lr {lr:.2e} | {ms[-1]:.1f} ms", flush=True)
+            window = []
+        if step % args.eval_every == 0 or step == args.steps:
+            val = evaluate(run, walks[1], args.eval_batches, feed)
+            result["evals"].append({"step": step, "val_loss": val})
+            print(f"step {step}: val loss {val:.4f}", flush=True)
+            tail = sorted(ms[min(10, len(ms) // 2):])  # examples/gpt's: the first 10 left out, the upper median
+            med = tail[len(tail) // 2]
+            result.update(final_val_loss=val, median_step_ms=med, tokens_per_s=args.batch * args.context / (med / 1e3),
+                          peak_reserved_gib=torch.cuda.max_memory_reserved() / 2**30 if cuda else None)
+            if args.out:  # after every evaluation, so a run cut short keeps what it measured
+                with open(args.out, "w") as f:
+                    json.dump(result, f, indent=1)
+    print(f"final val loss {result['final_val_loss']:.4f}, median step {result['median_step_ms']:.2f} ms, "
+          f"{result['tokens_per_s']:.0f} tokens/s")
+
+
 def device_name(dev):
     return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
 
@@ -284,7 +388,7 @@ def main():
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--modes", default="eager,compile", help="of " + ",".join(MODES))
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=10, help="untimed steps; with --train, lr warm-up steps")
     ap.add_argument("--pool", type=int, default=8, help="random batches made on the device and cycled")
     ap.add_argument("--shards", help="llm.c .bin token shards: a folder or a glob")
     ap.add_argument("--sdpa", default="flash", choices=["flash", "auto"], help="attention backend on the GPU")
@@ -293,6 +397,14 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--profile", help="write the profiler's table here")
     ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--train", action="store_true", help="train on --shards DIR and report the val loss")
+    ap.add_argument("--mode", default="eager", choices=["eager", "compile"], help="--train's mode")
+    ap.add_argument("--batch", type=int, default=16, help="--train's batch")
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--min-lr", type=float, default=6e-5)
+    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--eval-batches", type=int, default=20)
+    ap.add_argument("--log-every", type=int, default=10)
     args = ap.parse_args()
 
     batches = [int(b) for b in args.batches.split(",")]
@@ -304,6 +416,10 @@ def main():
         raise SystemExit(f"torch_gpt2: --dim {args.dim} is not a multiple of --heads {args.heads}")
     if args.steps < 1:
         raise SystemExit("torch_gpt2: --steps must be at least 1")
+    if args.train and not (args.shards and os.path.isdir(args.shards) and 0 < args.warmup < args.steps
+                           and min(args.batch, args.eval_every, args.eval_batches, args.log_every) > 0):
+        raise SystemExit("torch_gpt2: --train needs --shards DIR (its *_train_*.bin and *_val_*.bin), "
+                         "0 < --warmup < --steps, and positive --batch, --eval-every, --eval-batches, --log-every")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_gpt2: CUDA is not available (try --device cpu)")
     dev = torch.device(args.device)
@@ -312,6 +428,8 @@ def main():
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True
         torch.set_float32_matmul_precision("high")
+    if args.train:
+        return train(args, dev)
 
     result = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if dev.type == "cuda" else None,
               "cuda": torch.version.cuda, "gpu": device_name(dev), "config": vars(args),

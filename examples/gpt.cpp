@@ -20,11 +20,12 @@
 // flops: 6 N + 12 L H Q T per token, PaLM's count, over --peak-tflops, default 989: an H100's
 // dense bf16); every --eval-every steps the validation loss over --eval-batches batches of the
 // val shards, and --checkpoint is written (model, optimizer, step, loader). The end: --sample
-// tokens generated from token 0 (ids; decode them with make_shards --decode), then "final val
+// tokens generated from token 0 (ids; make_shards --decode MODEL turns them into text), then "final val
 // loss L, median step M ms, T tokens/s, MFU F%, peak device memory G GiB".
 // --cuda-graphs runs the first step eagerly, then captures the whole step (forward, backward,
 // clipping on the device, AdamW) once and replays it. --recompute keeps only each transformer
 // block's input for backward and recomputes the block then (nn::GPTOptions::recompute).
+// CUTRAIN_PROFILE=1 prints the ops of steps 10-19 by GPU time (docs/profiling.md).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,6 +35,7 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <numbers>
 #include <optional>
 #include <string>
@@ -347,7 +349,11 @@ int main(int argc, char** argv) {
     double window_loss = 0, val = std::nan("");
     std::int64_t window_steps = 0;
     Rng gen(args.seed + 1);
+    // CUTRAIN_PROFILE=1: the ops of steps 10 to 19 timed and tabled (core/profile.hpp).
+    std::unique_ptr<profile::Session> prof;
+    const std::int64_t first_step = step;
     while (step < args.steps) {
+      if (step == first_step + 10) prof = profile::Session::from_env();
       const double lr = lr_at(args, step);
       opt.set_lr(lr);
       for (std::int64_t k = 0; k < args.grad_accum; ++k) {
@@ -375,6 +381,11 @@ int main(int argc, char** argv) {
       window_loss += l;
       ++window_steps;
       ++step;
+      if (step == first_step + 20 && prof) {
+        std::fprintf(stderr, "\nprofile of steps %lld-%lld:", static_cast<long long>(first_step + 10),
+                     static_cast<long long>(first_step + 19));
+        prof.reset();
+      }
       if (step % args.log_every == 0 || step == args.steps) {
         const double tps = static_cast<double>(tokens_per_step) / (ms / 1e3);
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %.1f ms | %.0f tokens/s | MFU %.1f%%\n",

@@ -3,6 +3,7 @@
 //
 //   make_shards --input FILE [--input FILE ...] --out DIR --name NAME --vocab N [--model PREFIX]
 //               [--val-fraction X] [--shard-tokens N] [--check]
+//   make_shards --decode MODEL < ids      (token ids, e.g. examples/gpt's samples, to text)
 //
 // The inputs are read as bytes and concatenated in the order given. The last --val-fraction of
 // the bytes (default 0.1; 0: no val split), from the first line start at or after that point, is
@@ -54,12 +55,14 @@ struct Args {
   std::int64_t vocab = 0, shard_tokens = 100'000'000;
   double val_fraction = 0.1;
   bool check = false;
+  std::string decode;  // --decode MODEL: ids on stdin to text on stdout
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "make_shards: " << why << "\n"
             << "usage: make_shards --input FILE [--input FILE ...] --out DIR --name NAME --vocab N [--model PREFIX]\n"
             << "                   [--val-fraction X] [--shard-tokens N] [--check]\n"
+            << "       make_shards --decode MODEL < ids\n"
             << "  (scripts/make-shards DIR builds the fortunes shards with it)\n";
   std::exit(2);
 }
@@ -90,6 +93,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--model") a.model = value();
     else if (f == "--shard-tokens") a.shard_tokens = num();
     else if (f == "--check") a.check = true;
+    else if (f == "--decode") a.decode = value();
     else if (f == "--val-fraction") {
       const std::string v = value();
       try {
@@ -102,6 +106,7 @@ Args parse(int argc, char** argv) {
     } else if (f == "--help" || f == "-h") usage("makes llm.c-format token shards with a SentencePiece BPE tokenizer");
     else usage("unknown flag " + f);
   }
+  if (!a.decode.empty()) return a;
   if (a.inputs.empty()) usage("--input FILE is required");
   if (a.out.empty()) usage("--out DIR is required");
   if (a.name.empty() || a.name.find('/') != std::string::npos) usage("--name NAME is required (a file name prefix, no '/')");
@@ -288,6 +293,20 @@ void check_round_trip(const sentencepiece::SentencePieceProcessor& sp, const cha
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
+    if (!a.decode.empty()) {  // ids (whitespace-separated) on stdin -> text
+      sentencepiece::SentencePieceProcessor sp;
+      require_ok(sp.Load(a.decode), "loading " + a.decode);
+      std::vector<int> ids;
+      for (long long id; std::cin >> id;) {
+        CUTRAIN_REQUIRE(id >= 0 && id < sp.GetPieceSize(), InvalidArgument, "make_shards", "token ", id,
+                        " is outside the vocabulary of ", a.decode, " (", sp.GetPieceSize(), " pieces)");
+        ids.push_back(static_cast<int>(id));
+      }
+      std::string text;
+      require_ok(sp.Decode(ids, &text), "decoding");
+      std::cout << text << std::endl;
+      return 0;
+    }
     std::string text;
     for (const auto& path : a.inputs) {
       const std::string t = read_file(path);
