@@ -1,8 +1,8 @@
 // The fused classifier on the GPU: loss = cross_entropy(x w^T, labels) and, when asked, dx and dw
 // for an upstream gradient of 1, a chunk of rows at a time. Per chunk: the logits by cuBLASLt in
-// T into rows padded to a multiple of pad_to elements (aligned for the matmuls; the pad is never
-// read), one kernel that writes each row's loss and its gradient over the logits, then dx's rows
-// and the chunk's dw by cuBLASLt from that gradient. No f32 copy of the logits, no second buffer of
+// T against the weight padded to a multiple of pad_to rows (every matmul dimension aligned; the
+// pad's logits are never read), one kernel that writes each row's loss and its gradient over the
+// logits, then dx's rows and the chunk's dw by cuBLASLt from that gradient. No f32 copy of the logits, no second buffer of
 // their size. dw is kept in f32 (chunks added up in f32), dx in T. The mean divides by the number
 // of labels that are not ignore_index, counted on the device (nothing is read back: the whole of
 // it can be captured in a CUDA graph).
@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "cutrain/core/params/loss.hpp"
+#include "cutrain/core/storage.hpp"
 #include "cutrain/cpu/linear_cross_entropy.hpp"  // LinearCrossEntropyResult, classifier_chunk_rows
 #include "cutrain/cuda/cublas/linear.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
@@ -35,8 +36,24 @@ const Program& linear_cross_entropy_program() {
 }
 }  // namespace detail
 
+// One chunk's loss and gradient: logits rows [n] of ld elements (the first V are classes) at
+// logits; labels and row_loss for the same rows. grads: write the gradient over the logits.
+template <GpuFloat T>
+void classifier_rows(T* logits, std::int64_t n, std::int64_t ld, std::int64_t V, const std::int32_t* labels,
+                     const LinearCrossEntropyParams& p, float* row_loss, bool grads, const std::int32_t* count, int device) {
+  const unsigned threads = V <= 32 ? 32 : V <= 256 ? 128 : 512;
+  const int vec = vec_packs<T>(ld, logits) > 0 ? 1 : 0;
+  launch(function(device, detail::linear_cross_entropy_program<T>(), "cutrain_lce_rows"), static_cast<unsigned>(n),
+         threads, "linear_cross_entropy", logits, static_cast<long long>(ld), labels, static_cast<long long>(V),
+         static_cast<float>(p.label_smoothing), static_cast<int>(p.ignore_index), row_loss, grads ? 1 : 0, count,
+         p.reduction == Reduction::mean ? 1 : 0, vec);
+}
+
 // x [N, C] and w [V, C] in T, labels [N] on one CUDA device (checked by ops/: labels in [0, V) or
-// ignore_index; here a bad one gives NaN). Launches on current_stream().
+// ignore_index; here a bad one gives NaN). Launches on current_stream(). Where V is not a
+// multiple of pad_to, the matmuls run on a copy of w padded with zero rows to ld (a multiple of
+// pad_to): every dimension aligned, as the fastest kernels want. The pad's logits are 0 and never
+// read; their gradient stays 0, so dx is exact, and dw is the padded result's first V rows.
 template <GpuFloat T>
 LinearCrossEntropyResult<T> linear_cross_entropy(const Tensor<T>& x, const Tensor<T>& w,
                                                  const Tensor<std::int32_t>& labels, const LinearCrossEntropyParams& p,
@@ -50,7 +67,6 @@ LinearCrossEntropyResult<T> linear_cross_entropy(const Tensor<T>& x, const Tenso
   const std::int64_t pad = std::max<std::int64_t>(p.pad_to, 1);
   const std::int64_t ld = (V + pad - 1) / pad * pad;
   const std::int64_t chunk = cutrain::detail::classifier_chunk_rows(p, N, ld * static_cast<std::int64_t>(sizeof(T)));
-  const bool mean = p.reduction == Reduction::mean;
 
   LinearCrossEntropyResult<T> r{Tensor<float>(Shape{}, {.device = dev}), {}, {}};
   const Tensor<std::int32_t> ls = detail::staged(labels, Layout::row_major);
@@ -58,40 +74,49 @@ LinearCrossEntropyResult<T> linear_cross_entropy(const Tensor<T>& x, const Tenso
   Tensor<float> row_loss(Shape{std::max<std::int64_t>(N, 1)}, {.device = dev});
   launch(function(d, prog, "cutrain_lce_count"), 1, 256, op, ls.data(), static_cast<long long>(N),
          static_cast<int>(p.ignore_index), count.data());
+  const Tensor<T> xs = cublas::detail::readable(x);
+  Tensor<T> wp;  // w, or w in the first V of ld zero-padded rows
+  if (ld == V) {
+    wp = cublas::detail::readable(w);
+  } else {
+    wp = Tensor<T>(Shape{ld, C}, {.device = dev});
+    wp.slice(0, 0, V).copy_from(w);
+    zero_bytes(wp.data() + V * C, dev, static_cast<std::size_t>((ld - V) * C) * sizeof(T));
+  }
+  // dw over the padded rows: straight into the result when it is f32 and there is one chunk, else
+  // per chunk in T, added up in f32.
+  const bool dw_direct = std::is_same_v<T, float> && chunk >= N;
+  Tensor<T> dw_chunk;
   if (grads) {
     r.dx = Tensor<T>(Shape{N, C}, {.device = dev});
-    r.dw = Tensor<float>(Shape{V, C}, {.device = dev});
+    if (dw_direct) {
+      if constexpr (std::is_same_v<T, float>) {
+        dw_chunk = Tensor<float>(Shape{ld, C}, {.device = dev});
+        r.dw = dw_chunk.slice(0, 0, V);
+      }
+    } else {
+      dw_chunk = Tensor<T>(Shape{ld, C}, {.device = dev});
+      r.dw = Tensor<float>(Shape{V, C}, {.device = dev});
+    }
   }
-  Tensor<T> buf(Shape{std::min(chunk, N), ld}, {.device = dev});
-  // dw of one chunk in T where it must be added up in f32 (T is not f32, or several chunks).
-  const bool dw_direct = std::is_same_v<T, float> && chunk >= N;
-  Tensor<T> dw_chunk = grads && !dw_direct ? Tensor<T>(Shape{V, C}, {.device = dev}) : Tensor<T>{};
-  const Tensor<T> xs = cublas::detail::readable(x), ws = cublas::detail::readable(w);
-  const int vec = vec_packs<T>(ld, buf.data()) > 0 ? 1 : 0;
-  const unsigned threads = V <= 32 ? 32 : V <= 256 ? 128 : 512;
+  Tensor<T> buf(Shape{std::min(chunk, N), ld}, {.device = dev}), no_bias;
   for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
     const std::int64_t n = std::min(chunk, N - r0);
     const Tensor<T> xc = xs.slice(0, r0, r0 + n);
-    Tensor<T> logits = buf.slice(0, 0, n).slice(1, 0, V);  // [n, V], rows ld apart
-    cublas::linear_forward(xc, ws, Tensor<T>{}, Activation::identity, logits, op);
-    launch(function(d, prog, "cutrain_lce_rows"), static_cast<unsigned>(n), threads, op, buf.data(),
-           static_cast<long long>(ld), ls.data() + r0, static_cast<long long>(V), static_cast<float>(p.label_smoothing),
-           static_cast<int>(p.ignore_index), row_loss.data() + r0, grads ? 1 : 0, count.data(), mean ? 1 : 0, vec);
+    Tensor<T> logits = buf.slice(0, 0, n);  // [n, ld]
+    cublas::linear_forward(xc, wp, no_bias, Activation::identity, logits, op);
+    classifier_rows(buf.data(), n, ld, V, ls.data() + r0, p, row_loss.data() + r0, grads, count.data(), d);
     if (!grads) continue;
-    Tensor<T> dxc = r.dx.slice(0, r0, r0 + n), no_bias;
-    if constexpr (std::is_same_v<T, float>) {
-      if (dw_direct) {
-        cublas::linear_backward(xc, ws, logits, false, dxc, r.dw, no_bias, op);
-        continue;
-      }
-    }
-    cublas::linear_backward(xc, ws, logits, false, dxc, dw_chunk, no_bias, op);
+    Tensor<T> dxc = r.dx.slice(0, r0, r0 + n);
+    cublas::linear_backward(xc, wp, logits, false, dxc, dw_chunk, no_bias, op);
+    if (dw_direct) continue;
     const long long m = static_cast<long long>(V * C);
     launch(function(d, prog, "cutrain_lce_accumulate"), grid_for(m), 256, op, static_cast<const T*>(dw_chunk.data()),
            r.dw.data(), m, r0 == 0 ? 1 : 0);
   }
   launch(function(d, prog, "cutrain_lce_reduce"), 1, 256, op, static_cast<const float*>(row_loss.data()),
-         static_cast<long long>(N), static_cast<const int*>(count.data()), mean ? 1 : 0, r.loss.data());
+         static_cast<long long>(N), static_cast<const int*>(count.data()), p.reduction == Reduction::mean ? 1 : 0,
+         r.loss.data());
   return r;
 }
 
