@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -255,7 +256,11 @@ class Tensor {
       T* dst = data();
       const T* s = src.data();
       if (is_contiguous() && src.layout() == layout()) {
-        std::copy(s, s + numel(), dst);
+        std::memmove(static_cast<void*>(dst), s, static_cast<std::size_t>(numel()) * sizeof(T));  // views may overlap
+        return;
+      }
+      if (storage_ == src.storage_) {  // views of one storage may overlap: read all before writing
+        assign(src.to_vector());
         return;
       }
       detail::for_each_offset2(shape_, strides_, src.strides_, [&](std::int64_t od, std::int64_t os) { dst[od] = s[os]; });

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -154,10 +155,18 @@ class CharCorpus {
   }
 
   static std::string read_bytes(const std::string& path) {
+    std::error_code ec;
+    CUTRAIN_REQUIRE(!std::filesystem::is_directory(path, ec), IoError, "data::CharCorpus", path,
+                    " is a directory, not a text file");
     std::ifstream in(path, std::ios::binary);
     CUTRAIN_REQUIRE(in.is_open(), IoError, "data::CharCorpus", "cannot open ", path,
                     " (for the fortunes corpus: scripts/setup, then scripts/char-corpus FILE)");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text;
+    try {  // a stream error of the standard library (an unreadable file) becomes this library's
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } catch (const std::exception& e) {
+      throw IoError("data::CharCorpus", cutrain::detail::cat("error while reading ", path, ": ", e.what()));
+    }
     CUTRAIN_REQUIRE(!in.bad(), IoError, "data::CharCorpus", "error while reading ", path);
     CUTRAIN_REQUIRE(!text.empty(), IoError, "data::CharCorpus", path, " is empty");
     return text;
@@ -172,6 +181,8 @@ class CharCorpus {
     CUTRAIN_REQUIRE(s == Split::train || s == Split::val, InvalidArgument, op, "unknown split ", static_cast<int>(s));
     CUTRAIN_REQUIRE(batch > 0, InvalidArgument, op, "batch must be positive, got ", batch);
     CUTRAIN_REQUIRE(context > 0, InvalidArgument, op, "context must be positive, got ", context);
+    CUTRAIN_REQUIRE(batch <= (std::int64_t{1} << 31) / context, InvalidArgument, op, "batch ", batch, " x context ",
+                    context, " tokens is implausibly many (at most 2^31 a batch)");
     CUTRAIN_REQUIRE(context < size(s), InvalidArgument, op, "context ", context, " needs ", context, " + 1 tokens, the ",
                     to_string(s), " split of ", name_, " has ", size(s));
   }

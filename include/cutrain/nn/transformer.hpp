@@ -35,7 +35,7 @@ template <class T>
 class TransformerBlock : public Module<TransformerBlock<T>, T> {
  public:
   explicit TransformerBlock(const TransformerBlockOptions& o)
-      : ln1({.shape = {o.dim}}),
+      : ln1({.shape = {checked(o).dim}}),
         attn({.dim = o.dim,
               .heads = o.heads,
               .causal = o.causal,
@@ -50,6 +50,9 @@ class TransformerBlock : public Module<TransformerBlock<T>, T> {
   // x [B, S, C] -> [B, S, C].
   template <RunsIn<T> X>
   Var<X> operator()(const Var<X>& x) const {
+    CUTRAIN_REQUIRE(x.defined() && x.value().rank() == 3 && x.value().dim(2) == ln1.weight.value().dim(0),
+                    InvalidArgument, "nn::TransformerBlock", "x must be [B, S, C] with C = ", ln1.weight.value().dim(0),
+                    ", got ", x.defined() ? x.value().describe() : std::string("an undefined Var"));
     const std::int64_t b = x.value().dim(0), s = x.value().dim(1), c = x.value().dim(2);
     const Var<X> h = autograd::add(x, attn(ln1(x)));
     const Var<X> flat = autograd::reshape(ln2(h), Shape{b * s, c});
@@ -76,6 +79,12 @@ class TransformerBlock : public Module<TransformerBlock<T>, T> {
 
  private:
   static std::int64_t hidden_of(const TransformerBlockOptions& o) { return o.hidden > 0 ? o.hidden : 4 * o.dim; }
+  static const TransformerBlockOptions& checked(const TransformerBlockOptions& o) {
+    CUTRAIN_REQUIRE(o.dim > 0 && o.heads > 0 && o.dim % o.heads == 0 && o.hidden >= 0, InvalidArgument,
+                    "nn::TransformerBlock", "dim must be a positive multiple of heads and hidden >= 0 (0: 4 dim), got dim ",
+                    o.dim, ", heads ", o.heads, ", hidden ", o.hidden);
+    return o;
+  }
 };
 
 struct GPTOptions {

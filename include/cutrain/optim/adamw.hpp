@@ -200,8 +200,9 @@ class AdamW : public Optimizer<T> {
   static void check_options(const AdamWOptions& o) {
     CUTRAIN_REQUIRE(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, InvalidArgument, "optim::AdamW",
                     "beta1 and beta2 must be in [0, 1), got ", o.beta1, " and ", o.beta2);
-    CUTRAIN_REQUIRE(o.eps >= 0 && o.weight_decay >= 0, InvalidArgument, "optim::AdamW",
-                    "eps and weight_decay must be >= 0, got eps ", o.eps, ", weight_decay ", o.weight_decay);
+    CUTRAIN_REQUIRE(o.eps >= 0 && o.weight_decay >= 0 && std::isfinite(o.eps) && std::isfinite(o.weight_decay),
+                    InvalidArgument, "optim::AdamW", "eps and weight_decay must be finite and >= 0, got eps ", o.eps,
+                    ", weight_decay ", o.weight_decay);
   }
   static std::vector<autograd::Var<T>> flatten(const std::vector<ParamGroup<T>>& groups) {
     std::vector<autograd::Var<T>> all;

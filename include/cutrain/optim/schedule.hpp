@@ -24,6 +24,8 @@ struct CosineSchedule {
   double operator()(std::int64_t step) const {
     CUTRAIN_REQUIRE(total_steps > warmup_steps && warmup_steps >= 0, InvalidArgument, "optim::CosineSchedule",
                     "need 0 <= warmup_steps < total_steps, got ", warmup_steps, " and ", total_steps);
+    CUTRAIN_REQUIRE(std::isfinite(lr) && std::isfinite(min_lr) && lr >= 0 && min_lr >= 0, InvalidArgument,
+                    "optim::CosineSchedule", "lr and min_lr must be finite and >= 0, got ", lr, " and ", min_lr);
     if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
     const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) /
                                               static_cast<double>(total_steps - warmup_steps));
@@ -42,7 +44,10 @@ struct OneCycleSchedule {
   double final_div_factor = 1e4;
 
   double operator()(std::int64_t step) const {
-    CUTRAIN_REQUIRE(total_steps >= 2 && pct_start > 0 && pct_start < 1 && div_factor > 0 && final_div_factor > 0,
+    CUTRAIN_REQUIRE(std::isfinite(max_lr) && max_lr >= 0, InvalidArgument, "optim::OneCycleSchedule",
+                    "max_lr must be finite and >= 0, got ", max_lr);
+    CUTRAIN_REQUIRE(total_steps >= 2 && pct_start > 0 && pct_start < 1 && div_factor > 0 && final_div_factor > 0 &&
+                        std::isfinite(div_factor) && std::isfinite(final_div_factor),
                     InvalidArgument, "optim::OneCycleSchedule",
                     "need total_steps >= 2, pct_start in (0, 1), positive div factors; got total_steps ", total_steps,
                     ", pct_start ", pct_start, ", div_factor ", div_factor, ", final_div_factor ", final_div_factor);

@@ -1,0 +1,65 @@
+// Values that used to be taken silently or to fail with another library's exception: negative
+// MLP widths, non-finite optimizer and schedule settings, a directory as a corpus, implausibly
+// large batches, a transformer block on a 2-d input, and copies between overlapping views of one
+// storage on the CPU (which must read every element before writing any).
+#include "bad_input.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <vector>
+
+#include "cutrain/core/view.hpp"
+#include "cutrain/data/text.hpp"
+#include "cutrain/nn/transformer.hpp"
+#include "cutrain/optim/adamw.hpp"
+#include "cutrain/optim/schedule.hpp"
+
+namespace cutrain_test_bad_input_edges {  // one per file: the unity build compiles files together
+
+using namespace cutrain;
+using namespace cutrain::test;
+using autograd::Var;
+
+TEST_CASE("bad input at the edges: modules, optimizers, schedules, corpora") {
+  const auto corpus = data::CharCorpus::from_text(std::string(200, 'a') + std::string(200, 'b'));
+  Rng rng(3);
+  Var<double> p(Tensor<double>::zeros({2}), true);
+  nn::TransformerBlock<double> block({.dim = 8, .heads = 2});
+  const double nan = std::nan("");
+  run_cases({
+      bad<InvalidArgument>("negative hidden", "nn::TransformerBlock", {"hidden -5"},
+                           [] { nn::TransformerBlock<double> b({.dim = 8, .heads = 2, .hidden = -5}); }),
+      bad<InvalidArgument>("dim not a multiple of heads", "nn::TransformerBlock", {"dim 8, heads 3"},
+                           [] { nn::TransformerBlock<double> b({.dim = 8, .heads = 3}); }),
+      bad<InvalidArgument>("2-d input", "nn::TransformerBlock", {"[B, S, C]", "[4,8]"},
+                           [&] { (void)block(Var<double>(Tensor<double>::zeros({4, 8}))); }),
+      bad<InvalidArgument>("infinite weight decay", "optim::AdamW", {"weight_decay inf"},
+                           [&] { optim::AdamW<double> o({p}, {.weight_decay = INFINITY}); }),
+      bad<InvalidArgument>("NaN eps", "optim::AdamW", {"eps nan"}, [&] { optim::AdamW<double> o({p}, {.eps = nan}); }),
+      bad<InvalidArgument>("NaN cosine lr", "optim::CosineSchedule", {"lr and min_lr", "nan"},
+                           [&] { (void)optim::CosineSchedule{.lr = nan, .total_steps = 10}(0); }),
+      bad<InvalidArgument>("negative one-cycle max_lr", "optim::OneCycleSchedule", {"max_lr", "-1"},
+                           [] { (void)optim::OneCycleSchedule{.max_lr = -1, .total_steps = 10}(0); }),
+      bad<IoError>("a directory as a corpus", "data::CharCorpus", {"is a directory"},
+                   [] { data::CharCorpus c(std::filesystem::temp_directory_path().string()); }),
+      bad<InvalidArgument>("a batch of 2^40 windows", "data::CharCorpus::sample", {"implausibly many"},
+                           [&] { (void)corpus.sample(data::Split::train, std::int64_t{1} << 40, 8, rng); }),
+  });
+}
+
+TEST_CASE("copy_from between overlapping views of one CPU storage reads before it writes") {
+  std::vector<double> v(10);
+  std::iota(v.begin(), v.end(), 0.0);
+  auto a = Tensor<double>::from_vector(v, Shape{10});
+  a.slice(0, 1, 10).copy_from(a.slice(0, 0, 9));  // shift right by one, contiguous, overlapping
+  CHECK(a.to_vector() == std::vector<double>{0, 0, 1, 2, 3, 4, 5, 6, 7, 8});
+  a.slice(0, 0, 9).copy_from(a.slice(0, 1, 10));  // and back left
+  CHECK(a.to_vector() == std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7, 8, 8});
+  // A matrix overwritten with its own transpose (a strided view of the same storage).
+  auto m = Tensor<double>::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9}, Shape{3, 3});
+  m.copy_from(transpose(m, 0, 1));
+  CHECK(m.to_vector() == std::vector<double>{1, 4, 7, 2, 5, 8, 3, 6, 9});
+}
+
+}  // namespace cutrain_test_bad_input_edges
