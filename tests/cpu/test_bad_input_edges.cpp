@@ -1,6 +1,7 @@
 // Values that used to be taken silently or to fail with another library's exception: negative
 // MLP widths, non-finite optimizer and schedule settings, a directory as a corpus, implausibly
-// large batches, a transformer block on a 2-d input, and copies between overlapping views of one
+// large batches, a transformer block on a 2-d input, a store Env built by hand with a port out of
+// range, and copies between overlapping views of one
 // storage on the CPU (which must read every element before writing any).
 #include "bad_input.hpp"
 
@@ -11,6 +12,7 @@
 
 #include "cutrain/core/view.hpp"
 #include "cutrain/data/text.hpp"
+#include "cutrain/dist/store.hpp"
 #include "cutrain/nn/transformer.hpp"
 #include "cutrain/optim/adamw.hpp"
 #include "cutrain/optim/schedule.hpp"
@@ -45,6 +47,12 @@ TEST_CASE("bad input at the edges: modules, optimizers, schedules, corpora") {
                    [] { data::CharCorpus c(std::filesystem::temp_directory_path().string()); }),
       bad<InvalidArgument>("a batch of 2^40 windows", "data::CharCorpus::sample", {"implausibly many"},
                            [&] { (void)corpus.sample(data::Split::train, std::int64_t{1} << 40, 8, rng); }),
+      bad<InvalidArgument>("a store on port 70000", "dist::Store", {"master_port", "70000"},
+                           [] { dist::Store s(dist::Env{.master_port = 70000}); }),
+      bad<InvalidArgument>("a store on port 0", "dist::Store", {"master_port", "got 0"},
+                           [] { dist::Store s(dist::Env{.master_port = 0}); }),
+      bad<InvalidArgument>("a store with rank >= world_size", "dist::Store", {"rank 2, world_size 2"},
+                           [] { dist::Store s(dist::Env{.rank = 2, .world_size = 2}); }),
   });
 }
 

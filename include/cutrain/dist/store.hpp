@@ -328,6 +328,12 @@ class Store {
   explicit Store(const Env& env, const StoreOptions& opts = {}) : env_(env), opts_(opts) {
     CUTRAIN_REQUIRE(opts.timeout.count() > 0, InvalidArgument, "dist::Store", "timeout must be positive, got ",
                     opts.timeout.count(), " ms");
+    // An Env built by hand is checked as Env::parse checks the variables.
+    CUTRAIN_REQUIRE(env.master_port >= 1 && env.master_port <= 65535, InvalidArgument, "dist::Store",
+                    "master_port must be in [1, 65535], got ", env.master_port);
+    CUTRAIN_REQUIRE(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size && !env.master_addr.empty(),
+                    InvalidArgument, "dist::Store", "need 0 <= rank < world_size and a master_addr, got rank ", env.rank,
+                    ", world_size ", env.world_size, ", master_addr \"", env.master_addr, "\"");
     if (env.rank == 0) server_ = std::make_unique<detail::StoreServer>(env.master_port, env.world_size);
     try {
       connect();
