@@ -187,6 +187,27 @@ TEST_CASE("gpu shape ops: an embedding-sized lookup and its backward", "[gpu][sh
   CHECK(ops::index_select_backward(g, Shape{114, 384}, 0, chars_d).to_vector() == dw2.to_vector());
 }
 
+TEST_CASE("gpu shape ops: GPT-2's embedding backward (50257 rows) against the CPU, sorted by row", "[gpu][shape_ops][index]") {
+  // 16384 tokens over 50257 rows: a fifth of them one token (3000+ positions: the row that walks
+  // the index), one in 50 another (about 330: sorted in shared memory), the rest spread out.
+  Rng rng(48);
+  std::vector<std::int32_t> tok(16384);
+  for (auto& t : tok) {
+    const auto u = rng.below(50);
+    t = u < 10 ? 50256 : u == 10 ? 17 : static_cast<std::int32_t>(rng.below(50257));
+  }
+  const auto tokens = Tensor<std::int32_t>::from_vector(tok, {16384});
+  const auto tokens_d = tokens.to(gpu);
+  auto [g, gr] = random_pair<float>({16384, 40}, rng, Layout::row_major);
+  const Tensor<float> dw = ops::index_select_backward(g, Shape{50257, 40}, 0, tokens_d);
+  check_close("embedding backward f32", dw, ops::index_select_backward(gr, Shape{50257, 40}, 0, tokens), 1e-4);
+  CHECK(ops::index_select_backward(g, Shape{50257, 40}, 0, tokens_d).to_vector() == dw.to_vector());
+  auto [h, hr] = random_pair<bfloat16>({16384, 72}, rng, Layout::row_major);
+  const Tensor<bfloat16> dh = ops::index_select_backward(h, Shape{50257, 72}, 0, tokens_d);
+  check_close("embedding backward bf16", dh, ops::index_select_backward(hr, Shape{50257, 72}, 0, tokens));
+  CHECK(ops::index_select_backward(h, Shape{50257, 72}, 0, tokens_d).to_vector() == dh.to_vector());
+}
+
 namespace {
 // cuda::kernels::embedding against index_select and the broadcast add on the CPU: C = 16 takes
 // the 16-byte kernel in every dtype, C = 10 the scalar one; a token out of range gives NaNs.

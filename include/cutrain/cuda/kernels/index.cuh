@@ -223,3 +223,112 @@ extern "C" __global__ void cutrain_index_check(const int* index, long long limit
     atomicExch(report + 1, static_cast<unsigned long long>(static_cast<long long>(v)));
   }
 }
+
+// index_select's backward for a large table (an embedding's [num, C] rows, index 1-d dense, dy
+// and dx dense row-major) in four steps: the count of each row's positions, their offsets (a
+// scan), the positions placed by row, then one block per row that puts its positions in
+// ascending order and adds the dy rows there in f32, rounded once: the sums of the block-per-
+// row kernel above, in the same order, for O(positions + rows) work instead of O(positions x
+// rows). Positions whose index is outside [0, num) are left out (the host checks them).
+extern "C" __global__ void cutrain_embedding_grad_count(const int* index, long long n, long long num, int* counts) {
+  for (long long i = thread_index(); i < n; i += grid_stride()) {
+    const int v = index[i];
+    if (v >= 0 && v < num) atomicAdd(counts + v, 1);
+  }
+}
+
+// offsets[0..num] = the exclusive scan of counts[0..num): one block of 1024 threads, each a
+// contiguous run of the rows.
+extern "C" __global__ void cutrain_embedding_grad_scan(const int* counts, long long num, int* offsets) {
+  __shared__ int part[1024];
+  const long long per = (num + blockDim.x - 1) / blockDim.x, lo = min(num, threadIdx.x * per), hi = min(num, lo + per);
+  int s = 0;
+  for (long long v = lo; v < hi; ++v) s += counts[v];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int run = 0;
+    for (unsigned t = 0; t < blockDim.x; ++t) {
+      const int c = part[t];
+      part[t] = run;
+      run += c;
+    }
+    offsets[num] = run;
+  }
+  __syncthreads();
+  int run = part[threadIdx.x];
+  for (long long v = lo; v < hi; ++v) {
+    offsets[v] = run;
+    run += counts[v];
+  }
+}
+
+// order[offsets[v] + k] = the k-th position placed for row v (in no particular order: the rows
+// kernel sorts them). cursor: num zeros.
+extern "C" __global__ void cutrain_embedding_grad_place(const int* index, long long n, long long num, const int* offsets,
+                                                        int* cursor, int* order) {
+  for (long long i = thread_index(); i < n; i += grid_stride()) {
+    const int v = index[i];
+    if (v >= 0 && v < num) order[offsets[v] + atomicAdd(cursor + v, 1)] = static_cast<int>(i);
+  }
+}
+
+#define cutrain_grad_sort_max 2048
+// One block per row v (blockDim a power of two, at most 1024): dx[v, :] = sum of dy[p, :] over
+// the row's positions p in ascending order. Up to 2048 positions are sorted in shared memory
+// (bitonic); a row with more (a very frequent token) walks the whole index in order instead.
+extern "C" __global__ void cutrain_embedding_grad_rows(const T* dy, const int* index, long long n, const int* offsets,
+                                                       const int* order, T* dx, long long num, long long C) {
+  __shared__ int pos[cutrain_grad_sort_max];
+  __shared__ int warp_hits[32];
+  for (long long v = blockIdx.x; v < num; v += gridDim.x) {
+    const int first = offsets[v], k = offsets[v + 1] - first;
+    const bool sorted_here = k <= cutrain_grad_sort_max;
+    if (sorted_here) {
+      int p2 = 1;
+      while (p2 < k) p2 <<= 1;
+      for (int i = threadIdx.x; i < p2; i += blockDim.x) pos[i] = i < k ? order[first + i] : 0x7fffffff;
+      __syncthreads();
+      for (int size = 2; size <= p2; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+          for (int i = threadIdx.x; i < p2; i += blockDim.x) {
+            const int j = i ^ stride;
+            if (j > i) {
+              const bool up = (i & size) == 0;
+              const int a = pos[i], b = pos[j];
+              if ((a > b) == up) {
+                pos[i] = b;
+                pos[j] = a;
+              }
+            }
+          }
+          __syncthreads();
+        }
+      }
+    }
+    for (long long c0 = 0; c0 < C; c0 += blockDim.x) {
+      const long long c = c0 + threadIdx.x;
+      float s = 0.0f;
+      if (sorted_here) {
+        if (c < C)
+          for (int h = 0; h < k; ++h) s += to_f32(dy[static_cast<long long>(pos[h]) * C + c]);
+      } else {
+        // The positions in order by a walk of the index: a ballot per warp, the warps in order.
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+        for (long long j0 = 0; j0 < n; j0 += blockDim.x) {
+          const long long j = j0 + threadIdx.x;
+          const bool hit = j < n && index[j] == v;
+          const unsigned m = __ballot_sync(0xffffffffu, hit);
+          if (lane == 0) warp_hits[warp] = m;
+          __syncthreads();
+          for (int u = 0; u < warps; ++u)
+            for (unsigned bits = static_cast<unsigned>(warp_hits[u]); bits != 0; bits &= bits - 1)
+              if (c < C) s += to_f32(dy[(j0 + u * 32 + __ffs(static_cast<int>(bits)) - 1) * C + c]);
+          __syncthreads();
+        }
+      }
+      if (c < C) store(dx + v * C + c, s);
+    }
+    __syncthreads();  // pos is rewritten for the next row
+  }
+}

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "cutrain/core/storage.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"  // programs::index, the kernels of index.cuh
@@ -42,6 +43,35 @@ template <GpuFloat T>
 const Program& index_program() {
   static const Program p = programs::index(device_type<T>);
   return p;
+}
+
+// index_select's backward for an embedding table of at least this many rows (dim 0, dense rows,
+// a 1-d dense index): the positions sorted by row first (index.cuh's cutrain_embedding_grad_*),
+// O(positions + rows) instead of every row walking the whole index. Below it (a character
+// vocabulary: few rows, each named often) the block-per-row kernel is the faster.
+inline constexpr std::int64_t embedding_grad_min_rows = 4096;
+
+template <GpuFloat T>
+void embedding_grad(const Tensor<T>& dy, const Tensor<std::int32_t>& index, Tensor<T>& dx) {
+  constexpr std::string_view op = "cuda::kernels::index_select_backward";
+  const long long n = index.numel(), num = dx.dim(0), C = dx.dim(1);
+  const Device dev = dy.device();
+  const int d = dev.index;
+  DeviceScope scope(d);
+  Tensor<std::int32_t> counts(Shape{2 * num + 1}, {.device = dev});  // counts, then the cursors
+  Tensor<std::int32_t> offsets(Shape{num + 1}, {.device = dev}), order(Shape{std::max(n, 1LL)}, {.device = dev});
+  zero_bytes(counts.data(), dev, static_cast<std::size_t>(2 * num + 1) * sizeof(std::int32_t));
+  const Program& prog = index_program<T>();
+  const int* idx = index.data();
+  int* cnt = counts.data();
+  int* cursor = counts.data() + num;
+  launch(function(d, prog, "cutrain_embedding_grad_count"), grid_for(std::max(n, 1LL)), 256, op, idx, n, num, cnt);
+  launch(function(d, prog, "cutrain_embedding_grad_scan"), 1, 1024, op, static_cast<const int*>(cnt), num, offsets.data());
+  launch(function(d, prog, "cutrain_embedding_grad_place"), grid_for(std::max(n, 1LL)), 256, op, idx, n, num,
+         static_cast<const int*>(offsets.data()), cursor, order.data());
+  launch(function(d, prog, "cutrain_embedding_grad_rows"), static_cast<unsigned>(std::min<long long>(num, 1 << 20)), 256,
+         op, dy.data(), idx, n, static_cast<const int*>(offsets.data()), static_cast<const int*>(order.data()), dx.data(),
+         num, C);
 }
 
 // Arguments for walking `walked` (the output forward, dx backward), reading x or dy at its
@@ -186,6 +216,11 @@ void index_select_backward(const Tensor<T>& dy, int dim, const Tensor<std::int32
   detail::require_row_major_output(op, dx, dx.shape(), dy.device(), "dx");
   const auto a = detail::index_args(op, dx.shape(), dim, dy.strides(), index);
   if (a.n == 0) return;
+  if (dim == 0 && dx.rank() == 2 && index.rank() == 1 && index.is_contiguous() && dy.is_contiguous() &&
+      dx.dim(0) >= detail::embedding_grad_min_rows) {
+    detail::embedding_grad(dy, index, dx);
+    return;
+  }
   // One block per (row, tile, chunk) of dx viewed as [outer, num, inner] and of the index
   // (index.cuh): 128 threads of 4 columns each cover a row of up to 512 elements in one tile.
   // Few rows (a character vocabulary) would leave most SMs idle and put a frequent index's whole

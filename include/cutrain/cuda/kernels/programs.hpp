@@ -195,7 +195,8 @@ inline Program index(std::string_view t) {
   return make_program("index", source::index, {{"T", t}},
                       {"cutrain_index_select", "cutrain_gather", "cutrain_index_select_backward",
                        "cutrain_index_partial_sum", "cutrain_gather_backward", "cutrain_index_check",
-                       "cutrain_embedding", "cutrain_embedding_vec"});
+                       "cutrain_embedding", "cutrain_embedding_vec", "cutrain_embedding_grad_count",
+                       "cutrain_embedding_grad_scan", "cutrain_embedding_grad_place", "cutrain_embedding_grad_rows"});
 }
 
 // The fused classifier's cross-entropy (linear_cross_entropy.cuh): the count of labels not
