@@ -11,6 +11,7 @@
 
 #include <cutrain/cutrain.hpp>
 #include <cutrain/ops/attention.hpp>
+#include <cutrain/cuda/cudnn/plan_store.hpp>  // kernel_fallbacks
 
 #include <algorithm>
 #include <string>

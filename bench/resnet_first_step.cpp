@@ -30,6 +30,7 @@
 
 #include "cutrain/cutrain.hpp"
 #include "cutrain/cuda/autotune/tuner.hpp"
+#include "cutrain/cuda/cudnn/plan_store.hpp"  // build_stats
 #include "cutrain/cuda/warm_start.hpp"
 #include "cutrain/nn.hpp"
 

@@ -1,6 +1,11 @@
-# Defines the INTERFACE target cutrain::cuda (cutrain + CUDA runtime, cuBLASLt, NVRTC, the driver
-# API, cuDNN and the cudnn-frontend headers, and CUTRAIN_WITH_CUDA) when all of them are found.
-# Used by the build tree and by the installed package config alike.
+# Defines the target cutrain::cuda (cutrain + CUDA runtime, cuBLASLt, NVRTC, the driver API, cuDNN
+# and the cudnn-frontend headers, and CUTRAIN_WITH_CUDA) when all of them are found. Used by the
+# build tree and by the installed package config alike.
+#
+# cutrain::cuda is a static library of one translation unit, cutrain_cuda_impl.cpp beside this
+# file: the CUDA backend's implementation unit (cutrain/cuda/impl.hpp, the bodies that need
+# cudnn-frontend), compiled once per build with the consumer's compiler and flags. It is built
+# only when a target links it.
 #
 # cudnn-frontend is header-only. Its headers come from CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR, or
 # from the PyPI wheel nvidia-cudnn-frontend (include/ under the python package), or from the
@@ -31,16 +36,16 @@ function(cutrain_define_cuda_target base)
                    "not found; cutrain::cuda is not defined")
     return()
   endif()
-  add_library(cutrain_cuda INTERFACE)
-  target_link_libraries(cutrain_cuda INTERFACE ${base} CUDA::cudart CUDA::cublasLt CUDA::nvrtc CUDA::cuda_driver
+  add_library(cutrain_cuda STATIC EXCLUDE_FROM_ALL "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/cutrain_cuda_impl.cpp")
+  target_link_libraries(cutrain_cuda PUBLIC ${base} CUDA::cudart CUDA::cublasLt CUDA::nvrtc CUDA::cuda_driver
                         ${CUTRAIN_CUDNN_LIBRARY})
-  target_include_directories(cutrain_cuda SYSTEM INTERFACE ${CUTRAIN_CUDNN_INCLUDE_DIR} ${CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR})
-  target_compile_definitions(cutrain_cuda INTERFACE CUTRAIN_WITH_CUDA)
+  target_include_directories(cutrain_cuda SYSTEM PUBLIC ${CUTRAIN_CUDNN_INCLUDE_DIR} ${CUTRAIN_CUDNN_FRONTEND_INCLUDE_DIR})
+  target_compile_definitions(cutrain_cuda PUBLIC CUTRAIN_WITH_CUDA)
   # cudnn-frontend bundles its own nlohmann/json (another version) under the same include guard,
   # so a translation unit compiles whichever copy it includes first, silently. Including the
   # package's copy (the one cutrain::cutrain uses) before anything else makes it the only one in
   # every program, whatever the order of the includes; the frontend's #include is then empty.
-  target_compile_options(cutrain_cuda INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:SHELL:-include nlohmann/json.hpp>")
+  target_compile_options(cutrain_cuda PUBLIC "$<$<COMPILE_LANGUAGE:CXX>:SHELL:-include nlohmann/json.hpp>")
   # cutrain reaches the driver API through the runtime (cudaGetDriverEntryPointByVersion), so a
   # binary must not need libcuda.so.1 to start: on a machine without a driver it then reports
   # that it has no GPU instead of failing to load. --as-needed drops libraries nothing uses.

@@ -40,6 +40,7 @@
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/cuda/autotune/tuner.hpp"
 #include "cutrain/cuda/cudnn/graph.hpp"
+#include "cutrain/cuda/cudnn/plan_store.hpp"  // clear_graph_cache
 #include "cutrain/cuda/runtime.hpp"
 #include "cutrain/ops/conv2d.hpp"
 

@@ -52,6 +52,7 @@
 #include "fashion_mnist_args.hpp"
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/kernels/prebuild.hpp"
+#include "cutrain/cuda/cudnn/plan_store.hpp"  // build_stats
 #include "cutrain/cuda/warm_start.hpp"
 #endif
 

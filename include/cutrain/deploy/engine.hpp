@@ -45,7 +45,7 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/deploy/graph_replay.hpp"
-#include "cutrain/cuda/cudnn/conv_fp8.hpp"
+#include "cutrain/cuda/api.hpp"
 #include "cutrain/cuda/kernels/quantize.hpp"
 #endif
 

@@ -19,7 +19,7 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cudnn/attention.hpp"
+#include "cutrain/cuda/api.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::ops {

@@ -17,7 +17,7 @@
 #include "cutrain/ops/elementwise.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cudnn/norm.hpp"
+#include "cutrain/cuda/api.hpp"
 #include "cutrain/cuda/kernels/batch_norm_inference.hpp"
 #include "cutrain/cuda/kernels/batch_norm_train.hpp"
 #endif

@@ -9,7 +9,7 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cudnn/conv.hpp"
+#include "cutrain/cuda/api.hpp"
 #include "cutrain/cuda/kernels/bias_grad.hpp"
 #endif
 

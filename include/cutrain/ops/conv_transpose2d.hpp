@@ -11,7 +11,7 @@
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/core/view.hpp"
-#include "cutrain/cuda/cudnn/conv.hpp"
+#include "cutrain/cuda/api.hpp"
 #include "cutrain/ops/elementwise.hpp"
 #endif
 

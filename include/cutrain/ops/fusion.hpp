@@ -33,7 +33,7 @@
 #include "cutrain/ops/sum_to.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cudnn/fusion.hpp"
+#include "cutrain/cuda/api.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::ops {

@@ -12,7 +12,7 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cudnn/norm.hpp"
+#include "cutrain/cuda/api.hpp"
 #include "cutrain/cuda/kernels/layer_norm.hpp"
 #endif
 

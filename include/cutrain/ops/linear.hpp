@@ -11,7 +11,7 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cublas/linear.hpp"
+#include "cutrain/cuda/api.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::ops {

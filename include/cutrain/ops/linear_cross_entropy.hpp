@@ -14,7 +14,7 @@
 #include "cutrain/ops/dispatch.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/kernels/linear_cross_entropy.hpp"
+#include "cutrain/cuda/api.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::ops {

@@ -24,7 +24,7 @@
 #include "cutrain/ops/sum_to.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cublas/matmul.hpp"
+#include "cutrain/cuda/api.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI {

@@ -18,7 +18,7 @@
 #include "cutrain/ops/reduce.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
-#include "cutrain/cuda/cudnn/norm.hpp"
+#include "cutrain/cuda/api.hpp"
 #endif
 
 namespace cutrain::inline CUTRAIN_ABI::ops {

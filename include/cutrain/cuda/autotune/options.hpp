@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cutrain/cuda/autotune/cache.hpp"
-#include "cutrain/cuda/autotune/fe_compat.hpp"
+#include <cudnn_frontend_version.h>  // CUDNN_FRONTEND_VERSION: environment() names it
 #include "cutrain/cuda/runtime.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::cuda::autotune {

@@ -25,6 +25,7 @@
 #include "cutrain/core/check.hpp"
 #include "cutrain/core/params/activation.hpp"
 #include "cutrain/core/tensor.hpp"
+#include "cutrain/cuda/api.hpp"  // the declarations, with the default arguments
 #include "cutrain/cuda/cublas/algo.hpp"
 #include "cutrain/cuda/cublas/matmul_desc.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
@@ -114,7 +115,7 @@ void bias_grad_by_matmul(const Tensor<T>& dy, std::int64_t ld_dy, Tensor<T>& db,
 // current_stream().
 template <GpuFloat T>
 void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, Activation act, Tensor<T>& y,
-                    std::string_view op = "linear_forward", const Tensor<T>* residual = nullptr) {
+                    std::string_view op, const Tensor<T>* residual) {
   using namespace detail;
   cutrain::check::rank(op, x, 2, "x");
   cutrain::check::rank(op, w, 2, "w");
@@ -206,7 +207,7 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
 // shapes and dtype, a second matmul (dy^T times a vector of ones) computes it.
 template <GpuFloat T>
 void linear_backward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& dy, bool has_bias, Tensor<T>& dx,
-                     Tensor<T>& dw, Tensor<T>& db, std::string_view op = "linear_backward") {
+                     Tensor<T>& dw, Tensor<T>& db, std::string_view op) {
   using namespace detail;
   cutrain::check::rank(op, x, 2, "x");
   cutrain::check::rank(op, w, 2, "w");

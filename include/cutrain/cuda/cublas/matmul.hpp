@@ -26,6 +26,7 @@
 #include "cutrain/core/check.hpp"
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/core/view.hpp"
+#include "cutrain/cuda/api.hpp"  // the declarations, with the default arguments
 #include "cutrain/cuda/cublas/algo.hpp"
 #include "cutrain/cuda/cublas/matmul_desc.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
@@ -122,7 +123,7 @@ inline std::uint32_t batch_alignment(const void* p, std::size_t elem, const std:
 // when cuda::math_options().allow_tf32 is set; bf16 and f16 accumulate in f32.
 template <GpuFloat T>
 void matmul_into(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<T>& c_in, float alpha, float beta,
-                 Tensor<T>& y, std::string_view op = "matmul") {
+                 Tensor<T>& y, std::string_view op) {
   using namespace detail;
   const int r = y.rank();
   CUTRAIN_REQUIRE(r >= 2 && a_in.rank() == r && b_in.rank() == r && (!c_in.defined() || c_in.rank() == r),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cutrain/core/params/attention.hpp"
+#include "cutrain/cuda/api.hpp"  // the declarations, with the default arguments
 #include "cutrain/cuda/cudnn/plan_store.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
@@ -60,7 +61,7 @@ template <GpuFloat T>
 [[nodiscard]] bool attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                      const Tensor<std::int32_t>& q_len, const Tensor<std::int32_t>& kv_len,
                                      double scale, bool causal, double dropout, const Tensor<std::int32_t>& seed_offset,
-                                     Tensor<T>& o, Tensor<float>& stats, Tensor<float>* rng_dump = nullptr) {
+                                     Tensor<T>& o, Tensor<float>& stats, Tensor<float>* rng_dump) {
   constexpr std::string_view op = "scaled_dot_product_attention";
   const int dev = q.device().index;
   const bool padded = q_len.defined();

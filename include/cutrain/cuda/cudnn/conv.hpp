@@ -39,7 +39,7 @@ inline Strides bias_strides(std::int64_t k) { return {k, 1, k, k}; }
 // be undefined; act defaults to identity (no activation node).
 template <GpuFloat T>
 void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, const Conv2dParams& p, Tensor<T>& y,
-                    const ActivationParams& act = {.kind = Activation::identity}) {
+                    const ActivationParams& act) {
   constexpr std::string_view op = "conv2d_forward";
   const bool strict = detail::strict_f32<T>();
   const bool has_bias = bias.defined(), has_act = act.kind != Activation::identity;
@@ -72,7 +72,7 @@ void conv2d_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
 // where act_x (x's shape) is the input of the activation whose output fed this conv.
 template <GpuFloat T>
 void conv2d_backward_data(const Tensor<T>& dy, const Tensor<T>& w, const Conv2dParams& p, Tensor<T>& dx,
-                          const ActivationParams& act = {.kind = Activation::identity}, const Tensor<T>& act_x = {}) {
+                          const ActivationParams& act, const Tensor<T>& act_x) {
   constexpr std::string_view op = "conv2d_backward_data";
   const bool strict = detail::strict_f32<T>();
   const bool fused = act.kind != Activation::identity;

@@ -16,6 +16,7 @@
 
 #include "cutrain/core/fusion_shapes.hpp"
 #include "cutrain/core/params/activation.hpp"
+#include "cutrain/cuda/api.hpp"  // FusionTensor, the entry points defined in cudnn/
 #include "cutrain/cuda/cudnn/plan_store.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
@@ -75,16 +76,6 @@ inline fe::PointwiseMode_t binary_mode(BinaryOp op) {
   return M::ADD;
 }
 }  // namespace detail
-
-// A tensor of a fusion graph's call as the GPU graph sees it: dims, strides, data; f32 for a
-// norm's parameters and statistics (cuDNN's norm engines take them in f32, Graph::f32_values),
-// the graph's dtype otherwise.
-struct FusionTensor {
-  const Shape* shape = nullptr;
-  const Strides* strides = nullptr;
-  const void* data = nullptr;
-  bool f32 = false;
-};
 
 // g as a cuDNN graph of T, built and planned: the one way cutrain's GPU graphs are described
 // (fusion_forward for users' graphs, the conv ops of conv.hpp for cutrain's own). `shapes`: one

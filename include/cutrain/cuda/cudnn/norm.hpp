@@ -65,8 +65,8 @@ template <GpuFloat T>
                                  const Tensor<float>& running_mean, const Tensor<float>& running_var,
                                  const BatchNormParams& p, Tensor<T>& y, Tensor<float>& save_mean,
                                  Tensor<float>& save_inv_std, Tensor<float>& next_mean, Tensor<float>& next_var,
-                                 const ActivationParams& act = {.kind = Activation::identity},
-                                 const Tensor<T>* residual = nullptr) {
+                                 const ActivationParams& act,
+                                 const Tensor<T>* residual) {
   constexpr std::string_view op = "batch_norm_forward_training";
   const auto xv = detail::norm_arg(detail::as_4d(x)), yv = detail::norm_arg(detail::as_4d(y));
   const auto cv = detail::norm_arg(detail::channel_view(x.dim(1)));

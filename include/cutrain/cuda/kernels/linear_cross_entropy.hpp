@@ -21,6 +21,7 @@
 #include "cutrain/core/params/loss.hpp"
 #include "cutrain/core/storage.hpp"
 #include "cutrain/cpu/linear_cross_entropy.hpp"  // LinearCrossEntropyResult, classifier_chunk_rows
+#include "cutrain/cuda/api.hpp"  // the declarations, with the default arguments
 #include "cutrain/cuda/cublas/linear.hpp"
 #include "cutrain/cuda/gpu_float.hpp"
 #include "cutrain/cuda/kernels/nvrtc.hpp"
