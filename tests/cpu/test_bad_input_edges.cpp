@@ -1,7 +1,7 @@
 // Values that used to be taken silently or to fail with another library's exception: negative
 // MLP widths, non-finite optimizer and schedule settings, a directory as a corpus, implausibly
 // large batches, a transformer block on a 2-d input, a store Env built by hand with a port out of
-// range, and copies between overlapping views of one
+// range, token ids out of range (named by the module or engine), and copies between overlapping views of one
 // storage on the CPU (which must read every element before writing any).
 #include "bad_input.hpp"
 
@@ -12,7 +12,9 @@
 
 #include "cutrain/core/view.hpp"
 #include "cutrain/data/text.hpp"
+#include "cutrain/deploy/engine_gpt.hpp"
 #include "cutrain/dist/store.hpp"
+#include "cutrain/nn/embedding.hpp"
 #include "cutrain/nn/transformer.hpp"
 #include "cutrain/optim/adamw.hpp"
 #include "cutrain/optim/schedule.hpp"
@@ -53,6 +55,20 @@ TEST_CASE("bad input at the edges: modules, optimizers, schedules, corpora") {
                            [] { dist::Store s(dist::Env{.master_port = 0}); }),
       bad<InvalidArgument>("a store with rank >= world_size", "dist::Store", {"rank 2, world_size 2"},
                            [] { dist::Store s(dist::Env{.rank = 2, .world_size = 2}); }),
+  });
+}
+
+TEST_CASE("bad input at the edges: token ids out of range name the module or engine and the vocabulary") {
+  nn::Embedding<double> emb({.num = 10, .dim = 4});
+  nn::GPT<double> gpt({.vocab = 10, .context = 4, .dim = 8, .heads = 2, .layers = 1});
+  const auto engine = deploy::compile<double>(gpt, Shape{2, 4});
+  const auto tokens = Tensor<std::int32_t>::from_vector({1, 2, 12, 3, 0, 9, 9, 9}, {2, 4});
+  run_cases({
+      bad<InvalidArgument>("an embedding id past the table", "nn::Embedding",
+                           {"idx i32[2,4]", "table of 10 rows", "ids in [0, 10)", "index value 12"},
+                           [&] { (void)emb(tokens); }),
+      bad<InvalidArgument>("a GPT engine token past the vocabulary", "deploy::GptEngine",
+                           {"tokens i32[2,4]", "ids in [0, 10)", "index value 12"}, [&] { (void)engine(tokens); }),
   });
 }
 

@@ -216,4 +216,20 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
   });
 }
 
+TEST_CASE("engine: a model with no step (only dropout) is the identity, compiled and loaded", "[deploy]") {
+  Rng rng(52);
+  TempDir dir("engine_identity");
+  const nn::Sequential<double> net{nn::Dropout({.p = 0.5})};
+  const auto engine = deploy::compile<double>(net, Shape{3, 5});
+  CHECK(engine.plan().steps.empty());
+  const auto x = Tensor<double>::uniform({3, 5}, rng, -1, 1);
+  const auto y = engine(x);
+  CHECK(y.to_vector() == x.to_vector());
+  CHECK(y.data() != x.data());  // a copy, not x itself
+  deploy::save_engine(engine, dir / "identity.engine");
+  const auto loaded = deploy::load_engine<double>(dir / "identity.engine");
+  CHECK(loaded(x).to_vector() == x.to_vector());
+  CHECK_THROWS_AS(loaded(Tensor<double>::uniform({3, 6}, rng, -1, 1)), InvalidArgument);
+}
+
 }  // namespace cutrain_test_engine_file

@@ -117,7 +117,7 @@ class Engine {
     check_input("deploy::Engine", x);
 #ifdef CUTRAIN_WITH_CUDA
     // Inside a caller's own graph capture the steps are captured into it (no graph in a graph).
-    if (replays_ && !cutrain::detail::device_capturing()) return replay(x);
+    if (replays_ && !plan_.steps.empty() && !cutrain::detail::device_capturing()) return replay(x);
 #endif
     return forward(x);
   }
@@ -234,6 +234,8 @@ class Engine {
   // must have no reader after it).
   template <class Observe = std::nullptr_t>
   Tensor<E> forward(const Tensor<E>& x, const Observe& observe = nullptr, std::size_t first = 0) const {
+    // A model with no step (only dropout, which inference removes) is the identity: a copy of x.
+    if (plan_.steps.empty() && first == 0) return x.clone();
     CUTRAIN_REQUIRE(first < plan_.steps.size(), InvalidArgument, "deploy::Engine", "no step ", first, " in a plan of ",
                     plan_.steps.size());
     std::vector<Tensor<E>> v(plan_.shapes.size());

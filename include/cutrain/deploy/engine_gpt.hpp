@@ -54,7 +54,14 @@ class GptEngine {
       if (gpu_) return gpu_call(tokens).reshape(logits);
 #endif
     const Tensor<std::int32_t> flat = tokens.contiguous(Layout::row_major).reshape(Shape{n * s});
-    return body_(ops::index_select(wte(), 0, flat).reshape(Shape{n, s, c})).reshape(logits);
+    Tensor<E> x;
+    try {
+      x = ops::index_select(wte(), 0, flat);
+    } catch (const InvalidArgument& e) {  // the lookup's message names index_select: say whose tokens
+      throw InvalidArgument(op, cutrain::detail::cat("tokens ", tokens.describe(), " must be ids in [0, ", wte().dim(0),
+                                                     "): ", e.what()));
+    }
+    return body_(x.reshape(Shape{n, s, c})).reshape(logits);
   }
 
   // The engine of the position add, the blocks, ln_f and the head, over [n, S, C].

@@ -41,7 +41,12 @@ class Embedding : public Module<Embedding<T>, T> {
     std::vector<std::int64_t> out = idx.shape().dims();
     out.push_back(opts_.dim);
     const Tensor<std::int32_t> flat = idx.contiguous(Layout::row_major).reshape(Shape{idx.numel()});
-    return autograd::reshape(autograd::index_select(autograd::cast<X>(weight), 0, flat), Shape(out));
+    try {
+      return autograd::reshape(autograd::index_select(autograd::cast<X>(weight), 0, flat), Shape(out));
+    } catch (const InvalidArgument& e) {  // the lookup's message names index_select: say whose tokens
+      throw InvalidArgument("nn::Embedding", cutrain::detail::cat("idx ", idx.describe(), " into a table of ", opts_.num,
+                                                                  " rows (ids in [0, ", opts_.num, ")): ", e.what()));
+    }
   }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) { f(join_name(prefix, "weight"), weight); }
