@@ -307,6 +307,14 @@ TEST_CASE("fusion: bad graphs and bad inputs name the pattern and the reason", "
                              fusion::Graph g;
                              g.relu(fusion::Value{3});
                            }),
+      bad<InvalidArgument>("value of another graph whose id exists here", "fusion::Graph",
+                           {"add", "value 0 is not of this graph", "another graph made it"},
+                           [] {
+                             fusion::Graph g, h;
+                             const auto x = g.input("x");
+                             const auto y = h.input("y");
+                             h.add(x, y);
+                           }),
       bad<InvalidArgument>("repeated input name", "fusion::Graph", {"'x' is taken"},
                            [] {
                              fusion::Graph g;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -68,6 +69,7 @@ inline std::string_view result_name(NodeKind kind, int k) {
 // A value of the graph: an input or a node's result (an index into Graph::nodes()).
 struct Value {
   int id = -1;
+  std::uint64_t graph = 0;  // the tag of the Graph that made it (a copy of a graph keeps the tag); 0: none
 };
 
 struct Node {
@@ -390,12 +392,20 @@ class Graph {
   }
   Value push(Node n) {
     nodes_.push_back(std::move(n));
-    return Value{static_cast<int>(nodes_.size()) - 1};
+    return Value{static_cast<int>(nodes_.size()) - 1, tag_};
   }
   int arg(std::string_view what, Value v) const {
-    CUTRAIN_REQUIRE(v.id >= 0 && v.id < static_cast<int>(nodes_.size()), InvalidArgument, "fusion::Graph", what,
-                    ": value ", v.id, " is not of this graph (", nodes_.size(), " values)");
+    CUTRAIN_REQUIRE(v.graph == tag_ && v.id >= 0 && v.id < static_cast<int>(nodes_.size()), InvalidArgument,
+                    "fusion::Graph", what, ": value ", v.id, " is not of this graph (",
+                    v.graph == tag_ ? "" : "another graph made it; ", nodes_.size(), " values)");
     return v.id;
+  }
+  // A random tag per graph, so that a Value of another graph is refused even where its id
+  // exists here (a graph's copies share it: their values are the same nodes).
+  static std::uint64_t fresh_tag() {
+    std::random_device rd;
+    const std::uint64_t t = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    return t == 0 ? 1 : t;
   }
   static void check_eps(std::string_view what, double eps) {
     CUTRAIN_REQUIRE(std::isfinite(eps) && eps > 0, InvalidArgument, "fusion::Graph", what,
@@ -450,6 +460,7 @@ class Graph {
     return "?";
   }
 
+  std::uint64_t tag_ = fresh_tag();
   std::vector<Node> nodes_;
   std::vector<int> inputs_;
   std::vector<std::pair<int, std::string>> outputs_;
