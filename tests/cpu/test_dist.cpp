@@ -192,6 +192,29 @@ TEST_CASE("dist store: a world of one in this process", "[dist]") {
   store.barrier();
 }
 
+TEST_CASE("dist store: a stranger on the port that sends no hello is dropped, the store goes on", "[dist]") {
+  const int port = free_port();
+  dist::Store store(dist::Env::from_map({{"MASTER_PORT", std::to_string(port)}}), {.timeout = 5s});
+  for (const std::string junk : {std::string("GET / HTTP/1.0\r\n\r\n"), std::string(8, '\xff'), std::string("\x02\0\0\0\x03x", 6)}) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const timeval five{5, 0};  // a store that kept the stranger would make recv wait: fail instead
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
+    REQUIRE(::send(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
+    char c;
+    CHECK(::recv(fd, &c, 1, 0) == 0);  // closed by the store, with no reply
+    ::close(fd);
+  }
+  store.set("k", "v");
+  CHECK(store.get("k") == "v");
+  store.barrier();
+}
+
 TEST_CASE("dist store: three ranks hand out a 128-byte id, meet at barriers, time out", "[dist]") {
   const int port = free_port();
   std::string id(128, '\0');

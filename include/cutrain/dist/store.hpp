@@ -221,6 +221,13 @@ class StoreServer {
     try {
       while (clients_[i].fd >= 0 && take_frame(clients_[i].in, body)) handle(i, body);
     } catch (const DistError& e) {
+      // A connection that has not said hello is no rank (a port scanner, another program): it
+      // is closed, and the store goes on.
+      if (clients_[i].rank < 0) {
+        remove_waiter(clients_[i].fd);
+        close_fd(clients_[i].fd);
+        return;
+      }
       fail(cat("rank ", clients_[i].rank, " sent ", e.what()));
       if (clients_[i].fd >= 0) reply(clients_[i].fd, Msg::error, {failure_});  // it may be waiting
     }
