@@ -151,6 +151,7 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
   });
   const auto bad_index = plan_edit("bad_index", [](json::Value& p) { p["steps"][1]["in"] = 40; });
   const auto twice = plan_edit("twice", [](json::Value& p) { p["steps"][1]["out"] = p["steps"][0]["out"]; });
+  const auto unwritten = plan_edit("unwritten", [](json::Value& p) { p["steps"][0]["in"] = p["steps"][1]["out"]; });
   const auto bad_shape = plan_edit("bad_shape", [](json::Value& p) { p["shapes"][p["steps"][0]["out"].get<int>()][1] = 9; });
   const auto bad_kind = plan_edit("bad_kind", [](json::Value& p) { p["steps"][0]["kind"] = "deconv"; });
   const auto bad_act = plan_edit("bad_act", [](json::Value& p) { p["steps"][0]["act"] = 99; });
@@ -189,8 +190,10 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
                    [&] { load_engine<double>(f32_weight); }),
       bad<IoError>("index out of range", "load_engine", {"step 1", "in is 40, outside 0 to"},
                    [&] { load_engine<double>(bad_index); }),
-      bad<IoError>("a value written twice", "load_engine", {"step 1", "writes one twice"},
+      bad<IoError>("a value written twice", "load_engine", {"step 1", "it writes value", "which an earlier step writes"},
                    [&] { load_engine<double>(twice); }),
+      bad<IoError>("a value read before it is written", "load_engine", {"step 0", "it reads value", "which no earlier step writes"},
+                   [&] { load_engine<double>(unwritten); }),
       bad<IoError>("a shape that does not follow", "load_engine", {"step 0", "the plan says [2,9,8,8]"},
                    [&] { load_engine<double>(bad_shape); }),
       bad<IoError>("unknown step kind", "load_engine", {"step kind \"deconv\" is unknown"},
@@ -214,6 +217,13 @@ TEST_CASE("engine file: other element types, versions and devices are named; cor
       bad<IoError>("missing file", "load_engine", {"nothing.engine"},
                    [&] { load_engine<double>(dir / "nothing.engine"); }),
   });
+  try {  // the op is named once, not once per layer of context
+    load_engine<double>(unwritten);
+    FAIL("a plan that reads a value before it is written loaded");
+  } catch (const IoError& e) {
+    const std::string w = e.what();
+    CHECK(w.find("cutrain::load_engine") == w.rfind("cutrain::load_engine"));
+  }
 }
 
 TEST_CASE("engine: a model with no step (only dropout) is the identity, compiled and loaded", "[deploy]") {

@@ -109,6 +109,17 @@ class Error : public std::runtime_error {
   std::string op_;
 };
 
+namespace detail {
+// e's message without its "cutrain::<op>: " prefix, for a caller that rethrows it inside its own
+// context and op (so that the op is named once).
+inline std::string reason_of(const Error& e) {
+  std::string_view w = e.what();
+  const std::string prefix = cat("cutrain::", e.op(), ": ");
+  if (w.starts_with(prefix)) w.remove_prefix(prefix.size());
+  return std::string(w);
+}
+}  // namespace detail
+
 // Bad shapes, strides, layouts, parameters or values passed by the caller.
 class InvalidArgument : public Error { using Error::Error; };
 // Tensors on the wrong device, or a device that is not available in this build.

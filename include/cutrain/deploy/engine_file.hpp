@@ -400,8 +400,11 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
                     .module = json::as_string(json::at(j, "module"))};
         for (const auto& m : json::as_array(json::at(j, "merged"))) s.merged.push_back(json::as_string(m));
         const auto ready = [&](int v) { return v >= 0 && written[static_cast<std::size_t>(v)]; };
-        CUTRAIN_REQUIRE(ready(s.in) && (s.in2 == -1 || ready(s.in2)) && !written[static_cast<std::size_t>(s.out)],
-                        InvalidArgument, op, "it reads a value not yet written or writes one twice");
+        CUTRAIN_REQUIRE(ready(s.in), InvalidArgument, op, "it reads value ", s.in, ", which no earlier step writes");
+        CUTRAIN_REQUIRE(s.in2 == -1 || ready(s.in2), InvalidArgument, op, "it reads value ", s.in2,
+                        " (in2), which no earlier step writes");
+        CUTRAIN_REQUIRE(!written[static_cast<std::size_t>(s.out)], InvalidArgument, op, "it writes value ", s.out,
+                        ", which ", s.out == 0 ? "is the input" : "an earlier step writes");
         written[static_cast<std::size_t>(s.out)] = true;
         const auto take = [&](const std::string& name, Layout l) {
           const auto it = file.tensors.find(name);
@@ -438,7 +441,8 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
         }
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(std::string(op), cutrain::detail::cat("step ", i, s.module.empty() ? "" : " (module ",
-                                                                    s.module, s.module.empty() ? "" : ")", ": ", e.what()));
+                                                                    s.module, s.module.empty() ? "" : ")", ": ",
+                                                                    cutrain::detail::reason_of(e)));
       }
       p.steps.push_back(std::move(s));
     }
@@ -472,7 +476,8 @@ Engine<E> load_engine(const std::filesystem::path& path, std::optional<Device> d
     for (std::size_t i = 0; i < tactics.size(); ++i) e.onednn_.set_tactic(i, std::move(tactics[i]));
     return e;
   } catch (const InvalidArgument& e) {
-    throw IoError(std::string(op), cutrain::detail::cat(path.string(), ": the engine does not add up: ", e.what()));
+    throw IoError(std::string(op),
+                  cutrain::detail::cat(path.string(), ": the engine does not add up: ", cutrain::detail::reason_of(e)));
   }
 }
 
