@@ -1,11 +1,13 @@
 // Values that used to be taken silently or to fail with another library's exception: negative
 // MLP widths, non-finite optimizer and schedule settings, a directory as a corpus, implausibly
 // large batches, a transformer block on a 2-d input, a store Env built by hand with a port out of
-// range, token ids out of range (named by the module or engine), and copies between overlapping views of one
+// range, token ids out of range (named by the module or engine), engine memory past 2^63 bytes,
+// and copies between overlapping views of one
 // storage on the CPU (which must read every element before writing any).
 #include "bad_input.hpp"
 
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <numeric>
 #include <vector>
@@ -55,6 +57,22 @@ TEST_CASE("bad input at the edges: modules, optimizers, schedules, corpora") {
                            [] { dist::Store s(dist::Env{.master_port = 0}); }),
       bad<InvalidArgument>("a store with rank >= world_size", "dist::Store", {"rank 2, world_size 2"},
                            [] { dist::Store s(dist::Env{.rank = 2, .world_size = 2}); }),
+  });
+}
+
+TEST_CASE("bad input at the edges: engine memory past 2^63 bytes is refused, not wrapped") {
+  constexpr auto big = std::numeric_limits<std::int64_t>::max() - 100;
+  Rng rng(5);
+  const nn::Sequential<double> net{nn::Linear<double>({.in = 4, .out = 4}, rng)};
+  run_cases({
+      bad<InvalidArgument>("two values past 2^63 bytes", "deploy::plan_memory", {"more than 2^63 bytes"},
+                           [&] { (void)deploy::plan_memory({big, 1000}, {{0, 1}, {0, 1}}); }),
+      bad<InvalidArgument>("one value that cannot be aligned", "deploy::plan_memory", {"more than 2^63 bytes"},
+                           [&] { (void)deploy::plan_memory({big}, {{0, 0}}); }),
+      bad<InvalidArgument>("negative bytes", "deploy::plan_memory", {"value 0 has -1 bytes"},
+                           [&] { (void)deploy::plan_memory({-1}, {{0, 0}}); }),
+      bad<InvalidArgument>("an example batch of 2^61 rows", "deploy::Engine", {"too large", "overflows int64"},
+                           [&] { (void)deploy::compile<double>(net, Shape{std::int64_t{1} << 61, 4}); }),
   });
 }
 

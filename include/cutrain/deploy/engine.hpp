@@ -221,7 +221,11 @@ class Engine {
     std::vector<std::int64_t> bytes(plan_.shapes.size(), 0);
     const auto life = lifetimes(plan_);
     for (std::size_t v = 0; v < bytes.size(); ++v)
-      if (life[v].first >= 0 || v == 0) bytes[v] = plan_.shapes[v].numel() * static_cast<std::int64_t>(sizeof(E));
+      if (life[v].first >= 0 || v == 0) {
+        CUTRAIN_REQUIRE(shape_fits(plan_.shapes[v], sizeof(E)), InvalidArgument, "deploy::Engine", "value ", v, " ",
+                        plan_.shapes[v], " is too large: its byte count overflows int64");
+        bytes[v] = plan_.shapes[v].numel() * static_cast<std::int64_t>(sizeof(E));
+      }
     memory_ = plan_memory(std::move(bytes), life);
 #ifdef CUTRAIN_WITH_CUDA
     if (o.cuda_graph) replays_ = std::make_shared<detail::GraphReplays<E, E>>(o.device.index);

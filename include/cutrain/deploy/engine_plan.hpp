@@ -437,14 +437,25 @@ struct MemoryPlan {
 };
 
 inline MemoryPlan plan_memory(std::vector<std::int64_t> bytes, std::vector<std::pair<int, int>> life) {
+  CUTRAIN_REQUIRE(life.size() == bytes.size(), InvalidArgument, "deploy::plan_memory", bytes.size(), " values but ",
+                  life.size(), " lifetimes");
   MemoryPlan m{.offset = std::vector<std::int64_t>(bytes.size(), 0), .bytes = std::move(bytes), .life = std::move(life)};
-  const auto align = [](std::int64_t b) { return (b + 255) / 256 * 256; };
+  // Sums in int64, checked: values whose bytes add up past 2^63 are refused, not wrapped.
+  const auto add = [](std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    CUTRAIN_REQUIRE(!__builtin_add_overflow(a, b, &r), InvalidArgument, "deploy::plan_memory",
+                    "the values need more than 2^63 bytes (", a, " + ", b, ")");
+    return r;
+  };
+  for (std::size_t v = 0; v < m.bytes.size(); ++v)
+    CUTRAIN_REQUIRE(m.bytes[v] >= 0, InvalidArgument, "deploy::plan_memory", "value ", v, " has ", m.bytes[v], " bytes");
+  const auto align = [&](std::int64_t b) { return add(b, 255) / 256 * 256; };
   std::vector<std::size_t> order(m.bytes.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return m.bytes[a] > m.bytes[b]; });
   std::vector<std::size_t> placed;
   for (const std::size_t v : order) {
-    m.total += m.bytes[v];
+    m.total = add(m.total, m.bytes[v]);
     // The blocks of live-at-the-same-time values, by offset: the first gap that holds v.
     std::vector<std::pair<std::int64_t, std::int64_t>> busy;
     for (const std::size_t u : placed)
@@ -453,11 +464,11 @@ inline MemoryPlan plan_memory(std::vector<std::int64_t> bytes, std::vector<std::
     std::sort(busy.begin(), busy.end());
     std::int64_t at = 0;
     for (const auto& [lo, hi] : busy) {
-      if (at + align(m.bytes[v]) <= lo) break;
+      if (add(at, align(m.bytes[v])) <= lo) break;
       at = std::max(at, hi);
     }
     m.offset[v] = at;
-    m.arena = std::max(m.arena, at + align(m.bytes[v]));
+    m.arena = std::max(m.arena, add(at, align(m.bytes[v])));
     placed.push_back(v);
   }
   return m;
