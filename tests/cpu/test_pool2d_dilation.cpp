@@ -163,4 +163,52 @@ TEST_CASE("pool2d dilation and padding: bad parameters name the op, the shapes a
                             "pool2d_backward");
 }
 
+TEST_CASE("pool2d: the empty-window check equals a walk over the windows, and does not walk 2^36 rows",
+          "[pool2d][dilation]") {
+  const auto walk = [](std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t dilation,
+                       std::int64_t stride, std::int64_t pad) -> std::int64_t {
+    for (std::int64_t i = 0; i < out; ++i) {
+      bool hit = false;
+      for (std::int64_t k = 0; k < kernel; ++k) {
+        const std::int64_t t = i * stride - pad + k * dilation;
+        hit = hit || (t >= 0 && t < in);
+      }
+      if (!hit) return i;
+    }
+    return -1;
+  };
+  int compared = 0;
+  for (std::int64_t in = 1; in <= 12; ++in)
+    for (std::int64_t kernel = 1; kernel <= 4; ++kernel)
+      for (std::int64_t dilation = 2; dilation <= 5; ++dilation)
+        for (std::int64_t stride = 1; stride <= 4; ++stride)
+          for (std::int64_t pad = 0; pad < kernel; ++pad)
+            for (const bool ceil : {false, true}) {
+              const std::int64_t span = (kernel - 1) * dilation + 1;
+              const std::int64_t out = cutrain::detail::pool_out_size(in, span, stride, pad, pad, ceil);
+              if (out <= 0) continue;
+              INFO("in " << in << " kernel " << kernel << " dilation " << dilation << " stride " << stride << " pad "
+                         << pad << " ceil " << ceil);
+              CHECK(cutrain::detail::pool_empty_window(in, out, kernel, dilation, stride, pad) ==
+                    walk(in, out, kernel, dilation, stride, pad));
+              ++compared;
+            }
+  CHECK(compared > 1000);
+  // An expanded input of 2^36 rows, dilation 2: the shape is checked at once (no walk of minutes).
+  const Shape big{1, 1, std::int64_t{1} << 36, 4};
+  const Pool2dParams p{.kernel_h = 2, .kernel_w = 2, .stride_h = 1, .stride_w = 1, .dilation_h = 2};
+  CHECK(pool2d_output_shape(big, p) == Shape{1, 1, (std::int64_t{1} << 36) - 2, 3});
+  CHECK(cutrain::detail::pool_out_size(std::numeric_limits<std::int64_t>::max(), 3, 1, 2, 2, false) ==
+        std::numeric_limits<std::int64_t>::max());
+  // global_avg_pool_backward's dx of 2^80 elements: its size error, before any arithmetic wraps.
+  try {
+    (void)ops::global_avg_pool_backward(Tensor<double>::zeros({1, 1, 1, 1}), Shape{1, 1, std::int64_t{1} << 40, std::int64_t{1} << 40});
+    FAIL("no throw for a dx of 2^80 elements");
+  } catch (const InvalidArgument& e) {
+    const std::string w = e.what();
+    CHECK(w.find("global_avg_pool_backward") != std::string::npos);
+    CHECK(w.find("too large") != std::string::npos);
+  }
+}
+
 }  // namespace cutrain_test_pool2d_dilation

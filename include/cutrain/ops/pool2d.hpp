@@ -82,6 +82,8 @@ Tensor<T> global_avg_pool_backward(const Tensor<T>& dy, const Shape& x_shape, La
   CUTRAIN_REQUIRE(x_shape.rank() == 4, InvalidArgument, op, "x_shape must be 4-d [N,C,H,W], got ", x_shape);
   for (auto d : x_shape)
     CUTRAIN_REQUIRE(d > 0, InvalidArgument, op, "x_shape ", x_shape, " has a zero or negative dimension");
+  CUTRAIN_REQUIRE(shape_fits(x_shape, sizeof(T)), InvalidArgument, op, "x_shape ", x_shape,
+                  " is too large: its byte count overflows int64");
   CUTRAIN_REQUIRE(dx_layout == Layout::nchw || dx_layout == Layout::row_major || dx_layout == Layout::nhwc,
                   InvalidArgument, op, "dx_layout must be nchw or nhwc, got ", dx_layout);
   check::shape(op, dy, Shape{x_shape[0], x_shape[1], 1, 1}, "dy");

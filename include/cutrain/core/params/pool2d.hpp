@@ -6,6 +6,7 @@
 #include "cutrain/core/abi.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <string_view>
 
@@ -69,11 +70,15 @@ namespace detail {
 // the input and the leading padding is dropped. Returns 0 when the kernel does not fit.
 inline std::int64_t pool_out_size(std::int64_t in, std::int64_t kernel, std::int64_t stride, std::int64_t pad_lo,
                                   std::int64_t pad_hi, bool ceil_mode) {
-  const std::int64_t span = in + pad_lo + pad_hi - kernel;
+  // In 128 bits: an input near 2^63 (an expanded view) must reach the caller's size check, not
+  // wrap. A result past int64 comes back as INT64_MAX, which no shape check lets through.
+  using wide = __int128;
+  const wide span = wide{in} + pad_lo + pad_hi - kernel;
   if (span < 0) return 0;
-  std::int64_t out = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad_lo) --out;
-  return out;
+  wide out = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+  if (ceil_mode && (out - 1) * stride >= wide{in} + pad_lo) --out;
+  return out > std::numeric_limits<std::int64_t>::max() ? std::numeric_limits<std::int64_t>::max()
+                                                        : static_cast<std::int64_t>(out);
 }
 
 // The first output index in [0, out) whose window taps (start = i stride - pad_lo, then every
@@ -82,7 +87,17 @@ inline std::int64_t pool_out_size(std::int64_t in, std::int64_t kernel, std::int
 inline std::int64_t pool_empty_window(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t dilation,
                                       std::int64_t stride, std::int64_t pad_lo) {
   if (dilation == 1) return -1;
-  for (std::int64_t i = 0; i < out; ++i) {
+  if (in >= dilation) {
+    // Taps dilation <= in apart cannot step over [0, in): a window is empty only when all its
+    // taps lie before row 0 (then window 0's do too) or its first tap is at row in or later
+    // (the windows from ceil((in + pad_lo) / stride) on). No walk over the rows: an expanded
+    // input may have 2^36 of them.
+    if (-pad_lo + (kernel - 1) * dilation < 0) return 0;
+    using wide = __int128;
+    const wide first_past = (wide{in} + pad_lo + stride - 1) / stride;
+    return first_past < out ? static_cast<std::int64_t>(first_past) : -1;
+  }
+  for (std::int64_t i = 0; i < out; ++i) {  // in < dilation: a few rows, so a few windows
     const std::int64_t start = i * stride - pad_lo;
     const std::int64_t t0 = start >= 0 ? 0 : (-start + dilation - 1) / dilation;  // first tap at row >= 0
     if (t0 >= kernel || start + t0 * dilation >= in) return i;
