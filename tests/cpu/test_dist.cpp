@@ -195,7 +195,7 @@ TEST_CASE("dist store: a world of one in this process", "[dist]") {
 TEST_CASE("dist store: a stranger on the port that sends no hello is dropped, the store goes on", "[dist]") {
   const int port = free_port();
   dist::Store store(dist::Env::from_map({{"MASTER_PORT", std::to_string(port)}}), {.timeout = 5s});
-  for (const std::string junk : {std::string("GET / HTTP/1.0\r\n\r\n"), std::string(8, '\xff'), std::string("\x02\0\0\0\x03x", 6)}) {
+  for (const std::string& junk : {std::string("GET / HTTP/1.0\r\n\r\n"), std::string(8, '\xff'), std::string("\x02\0\0\0\x03x", 6)}) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);
     sockaddr_in a{};
