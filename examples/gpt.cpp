@@ -26,6 +26,10 @@
 // clipping on the device, AdamW) once and replays it. --recompute keeps only each transformer
 // block's input for backward and recomputes the block then (nn::GPTOptions::recompute).
 // CUTRAIN_PROFILE=1 prints the ops of steps 10-19 by GPU time (docs/profiling.md).
+// Data-parallel: started by scripts/launch -n N (or torchrun --no-python), each rank trains on its
+// own --batch rows (the shards split by rank, random tokens seeded by rank) and the gradients are
+// averaged over the ranks (dist::DataParallel on Gloo; GPU gradients staged through the host):
+// tokens/s counts every rank's tokens; rank 0 alone logs, evaluates, samples and checkpoints.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -43,6 +47,10 @@
 
 #include "cutrain/cutrain.hpp"
 #include "cutrain/data/shards.hpp"
+#include "cutrain/dist/data_parallel.hpp"
+#ifdef CUTRAIN_GLOO
+#include "cutrain/dist/gloo.hpp"
+#endif
 #include "cutrain/nn.hpp"
 #include "cutrain/optim/adamw.hpp"
 
@@ -70,7 +78,11 @@ struct Args {
             << "           [--seed N] [--checkpoint FILE] [--resume] [--stop-after N] [--sample N]\n"
             << "           [--cuda-graphs] [--recompute] [--chunk-rows N] [--peak-tflops X] [--log-every N]\n"
             << "           [--out FILE.json]\n"
-            << "  (scripts/make-shards DIR writes shards of Debian's fortunes)\n";
+            << "  (scripts/make-shards DIR writes shards of Debian's fortunes)\n"
+#ifdef CUTRAIN_GLOO
+            << "  data-parallel: scripts/launch -n N gpt ... (each rank trains on its --batch rows)\n"
+#endif
+            ;
   std::exit(2);
 }
 
@@ -173,11 +185,13 @@ double lr_at(const Args& a, std::int64_t k) {
 // The run's token batches: shards (train and val) or random tokens from one Rng.
 class Batches {
  public:
-  Batches(const Args& a) : args_(a), rng_(a.seed ^ 0xda7a) {
+  Batches(const Args& a, const dist::Env& env)
+      : args_(a), rng_(a.seed ^ 0xda7a ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(env.rank))) {
     if (a.random_tokens) return;
     const data::TokenShards train(data::find_shards(a.data, data::Split::train), a.vocab);
     const data::TokenShards val(data::find_shards(a.data, data::Split::val), a.vocab);
-    train_.emplace(train, data::ShardLoaderOptions{.batch = a.batch, .context = a.context, .seed = a.seed});
+    train_.emplace(train, data::ShardLoaderOptions{
+                              .batch = a.batch, .context = a.context, .rank = env.rank, .world = env.world_size, .seed = a.seed});
     val_.emplace(val, data::ShardLoaderOptions{.batch = a.batch, .context = a.context});
   }
   data::TokenBatch train() {
@@ -282,11 +296,19 @@ int main(int argc, char** argv) {
     const bool gpu = false;
 #endif
     if (args.device == "cuda" && !gpu) usage("--device cuda, but there is no GPU (or cutrain was built without CUDA)");
-    const Device dev = (args.device == "cuda" || (args.device.empty() && gpu)) ? Device::cuda(0) : Device::cpu();
+    const auto env = dist::Env::from_environment();
+    const bool lead = env.rank == 0;  // logs, evaluates, samples, checkpoints
+#ifdef CUTRAIN_WITH_CUDA
+    const int gpu_index = gpu ? env.local_rank % cuda::device_count() : 0;
+#else
+    const int gpu_index = 0;
+#endif
+    const Device dev = (args.device == "cuda" || (args.device.empty() && gpu)) ? Device::cuda(gpu_index) : Device::cpu();
     fill_defaults(args, dev.is_cuda());
     const bool bf16 = dev.is_cuda();
     if (args.cuda_graphs && !dev.is_cuda()) usage("--cuda-graphs needs the GPU");
-    Batches batches(args);
+    if (args.cuda_graphs && env.world_size > 1) usage("--cuda-graphs with several ranks: Gloo's collectives cannot be captured");
+    Batches batches(args, env);
     nn::GPT<float> gpt({.vocab = args.vocab, .context = args.context, .dim = args.dim, .heads = args.heads,
                         .layers = args.layers, .recompute = args.recompute, .seed = args.seed});
     gpt.to(dev);
@@ -297,7 +319,7 @@ int main(int argc, char** argv) {
                             {.lr = 0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
     const std::vector<Var<float>> params = gpt.parameters();
     const std::int64_t n_params = gpt.parameter_count();
-    const std::int64_t tokens_per_step = args.batch * args.context * args.grad_accum;
+    const std::int64_t tokens_per_step = args.batch * args.context * args.grad_accum * env.world_size;
     const double flops_per_token =
         6.0 * static_cast<double>(n_params) + 12.0 * static_cast<double>(args.layers * args.dim * args.context);
 
@@ -308,9 +330,23 @@ int main(int argc, char** argv) {
       opt.load_state(ck, "optimizer");
       step = ck.get_int("step");
       batches.set_state({ck.get_int("loader_0"), ck.get_int("loader_1")});
-      std::cout << "gpt: resumed from " << args.checkpoint << " at step " << step << std::endl;
+      if (lead) std::cout << "gpt: resumed from " << args.checkpoint << " at step " << step << std::endl;
     }
-    std::cout << "gpt: device " << dev << ", " << (args.random_tokens ? std::string("random tokens") : args.data)
+    // Several ranks: rank 0's model everywhere, then gradients averaged in buckets during backward.
+    std::unique_ptr<dist::Store> store;
+    std::unique_ptr<dist::ProcessGroup> group;
+    std::unique_ptr<dist::DataParallel<nn::GPT<float>>> dp;
+    if (env.world_size > 1) {
+#ifdef CUTRAIN_GLOO
+      store = std::make_unique<dist::Store>(env);
+      group = std::make_unique<dist::GlooGroup>(*store);
+      dp = std::make_unique<dist::DataParallel<nn::GPT<float>>>(gpt, *group);
+#else
+      usage("WORLD_SIZE > 1, but this gpt was built without Gloo (Debian's libgloo-dev)");
+#endif
+    }
+    if (lead)
+      std::cout << "gpt: " << env.world_size << " rank" << (env.world_size > 1 ? "s" : "") << ", device " << dev << ", " << (args.random_tokens ? std::string("random tokens") : args.data)
               << ", preset " << args.preset << ": " << n_params << " parameters (" << args.layers << " layers, "
               << args.heads << " heads, dim " << args.dim << ", context " << args.context << ", vocab " << args.vocab
               << "), batch " << args.batch << " x " << args.grad_accum << " micro-batches, " << args.steps
@@ -337,7 +373,13 @@ int main(int argc, char** argv) {
       for (std::int64_t k = 0; k < args.grad_accum; ++k) {
         const auto rows = [&](const Tensor<std::int32_t>& t) { return t.slice(0, k * args.batch, (k + 1) * args.batch); };
         Var<float> loss = step_loss(gpt, rows(x_in), rows(y_in), bf16, lce);
-        loss.backward(accum_seed);
+        if (dp && k + 1 < args.grad_accum) {
+          auto local = dp->no_sync();  // the last micro-batch's backward reduces the sum
+          loss.backward(accum_seed);
+        } else {
+          loss.backward(accum_seed);
+          if (dp) dp->finish();
+        }
         copy_bytes(losses.data() + k, dev, loss.value().data(), dev, sizeof(float));
       }
       if (dev.is_cuda()) (void)optim::clip_grad_norm_device(params, 1.0);
@@ -374,6 +416,7 @@ int main(int argc, char** argv) {
       {
         train_step();
       }
+      if (group) group->all_reduce(losses, dist::ReduceOp::avg).wait();  // the mean over the ranks
       double l = 0;
       for (float v : losses.to_vector()) l += v / static_cast<double>(args.grad_accum);  // waits for the step
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -386,7 +429,7 @@ int main(int argc, char** argv) {
                      static_cast<long long>(first_step + 19));
         prof.reset();
       }
-      if (step % args.log_every == 0 || step == args.steps) {
+      if (lead && (step % args.log_every == 0 || step == args.steps)) {
         const double tps = static_cast<double>(tokens_per_step) / (ms / 1e3);
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %.1f ms | %.0f tokens/s | MFU %.1f%%\n",
                     static_cast<long long>(step), static_cast<long long>(args.steps), window_loss / window_steps, lr, ms,
@@ -396,9 +439,9 @@ int main(int argc, char** argv) {
         window_steps = 0;
       }
       if (step % args.eval_every == 0 || step == args.steps) {
-        val = evaluate(gpt, batches, args, dev, bf16);
-        if (!std::isnan(val)) std::printf("step %lld: val loss %.4f\n", static_cast<long long>(step), val);
-        if (!args.checkpoint.empty()) {
+        if (lead) val = evaluate(gpt, batches, args, dev, bf16);
+        if (lead && !std::isnan(val)) std::printf("step %lld: val loss %.4f\n", static_cast<long long>(step), val);
+        if (lead && !args.checkpoint.empty()) {
           Checkpoint ck;
           nn::save_module(ck, "model", gpt);
           opt.save_state(ck, "optimizer");
@@ -409,12 +452,15 @@ int main(int argc, char** argv) {
           ck.save(args.checkpoint);
         }
         if (args.stop_after > 0 && step >= args.stop_after && step < args.steps) {
-          std::printf("stopped at step %lld (--stop-after); continue with --resume\n", static_cast<long long>(step));
+          if (lead) std::printf("stopped at step %lld (--stop-after); continue with --resume\n", static_cast<long long>(step));
+          if (group) group->barrier();
           return 0;
         }
       }
     }
     sync(dev);
+    if (group) group->barrier();  // rank 0's store outlives the others' use of it
+    if (!lead) return 0;
     if (args.sample > 0) {
       std::printf("--- %lld sampled tokens (ids) ---\n", static_cast<long long>(args.sample));
       for (std::int32_t id : sample(gpt, args, dev, bf16, gen)) std::printf("%d ", id);
@@ -428,12 +474,12 @@ int main(int argc, char** argv) {
     const double tps = median > 0 ? static_cast<double>(tokens_per_step) / (median / 1e3) : 0;
     const double mfu = tps * flops_per_token / (args.peak_tflops * 1e12);
     const double peak = peak_device_gib(dev);
-    std::printf("final val loss %.4f, median step %.2f ms, %.0f tokens/s, MFU %.1f%%, peak device memory %.1f GiB\n",
-                val, median, tps, 100 * mfu, peak);
+    std::printf("final val loss %.4f (%d rank%s), median step %.2f ms, %.0f tokens/s, MFU %.1f%%, peak device memory %.1f GiB\n",
+                val, env.world_size, env.world_size > 1 ? "s" : "", median, tps, 100 * mfu, peak);
     if (!args.out.empty()) {
       std::ofstream o(args.out);
       o << "{\"device\": \"" << dev << "\", \"preset\": \"" << args.preset << "\", \"parameters\": " << n_params
-        << ", \"vocab\": " << args.vocab << ", \"batch\": " << args.batch << ", \"grad_accum\": " << args.grad_accum
+        << ", \"ranks\": " << env.world_size << ", \"vocab\": " << args.vocab << ", \"batch\": " << args.batch << ", \"grad_accum\": " << args.grad_accum
         << ", \"context\": " << args.context << ", \"steps\": " << args.steps
         << ", \"cuda_graphs\": " << (args.cuda_graphs ? "true" : "false")
         << ", \"recompute\": " << (args.recompute ? "true" : "false") << ", \"median_step_ms\": " << median

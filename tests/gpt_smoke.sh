@@ -2,7 +2,8 @@
 # The gpt example end to end on the CPU with the tiny preset: writes byte-level token shards of a
 # text (llm.c's .bin format, train and val), trains 40 steps with a checkpoint, stops at step 20,
 # resumes, and checks that the resumed run ends where an uninterrupted one does; then a run with
-# --recompute and two micro-batches. Exit 77 (skipped) when the fortunes package is missing.
+# --recompute and two micro-batches; then 2 and 4 ranks through scripts/launch. Exit 77 (skipped)
+# when the fortunes package is missing.
 #   tests/gpt_smoke.sh BUILD_DIR/examples/gpt WORK_DIR
 set -euo pipefail
 exe=$1 work=$2
@@ -33,3 +34,19 @@ echo "resumed:       $resumed"
 last=$("$exe" "${flags[@]}" --recompute --grad-accum 2 --batch 2 | tail -1)
 echo "recompute, 2 micro-batches: $last"
 awk -v line="$last" 'BEGIN { split(line, f, /[ ,]+/); exit !(f[4] + 0 > 0 && f[4] + 0 < 5.55) }'
+# Data-parallel through scripts/launch: 2 ranks of 2 rows and 4 ranks of 1 row train as one
+# process of 4 rows (the shards split by rank, gradients averaged on Gloo); the val batches are
+# made the same rows. f32 sums in another order: the val loss agrees to its printed 4 decimals,
+# or within 2e-4.
+if { "$exe" --help 2>&1 || true; } | grep -q "data-parallel"; then
+  one=$("$exe" "${flags[@]}" --eval-batches 2 | tail -1)
+  for n in 2 4; do
+    dp=$("$here/scripts/launch" -n $n "$exe" "${flags[@]}" --batch $((4 / n)) --eval-batches $((2 * n)) | tail -1)
+    echo "1 rank: $one"
+    echo "$n ranks: $dp"
+    awk -v a="$one" -v b="$dp" 'BEGIN { split(a, x, /[ ,]+/); split(b, y, /[ ,]+/); d = x[4] - y[4];
+      exit !(y[1] == "final" && (d < 0 ? -d : d) <= 2e-4) }'
+  done
+else
+  echo "gpt smoke: data-parallel part SKIPPED (gpt built without Gloo)"
+fi

@@ -87,6 +87,24 @@ TEST_CASE("autograd: an add's backward shares dy, but two leaves never share a g
   CHECK(c.grad().data()[0] == 1.0);
 }
 
+TEST_CASE("autograd: a leaf's gradient hook runs after each gradient added, once per use", "[autograd]") {
+  auto w = autograd::parameter(Tensor<double>::from_vector({2.0, 3.0}, {2}));
+  auto unused = autograd::parameter(Tensor<double>::zeros({2}));
+  std::vector<double> seen;  // w's grad[0] at each call
+  int unused_calls = 0;
+  w.set_grad_hook([&] { seen.push_back(w.grad().flat(0)); });
+  unused.set_grad_hook([&] { ++unused_calls; });
+  autograd::sum(autograd::add(autograd::multiply(w, w), w)).backward();  // w used three times
+  CHECK(seen.size() == 3);
+  CHECK(seen.back() == 5.0);  // 2w + 1 at w = 2
+  CHECK(unused_calls == 0);
+  w.set_grad_hook(nullptr);
+  autograd::sum(w).backward();
+  CHECK(seen.size() == 3);
+  const auto y = autograd::multiply(w, w);
+  CHECK_THROWS_WITH(y.set_grad_hook([] {}), Catch::Contains("Var::set_grad_hook") && Catch::Contains("only leaves"));
+}
+
 TEST_CASE("gradcheck: autograd conv -> bn -> relu -> pool -> flatten -> linear -> cross_entropy", "[autograd]") {
   nn::Sequential<double> net{nn::Conv2d<double>({.in = 2, .out = 3, .kernel = 3, .padding = 1, .seed = 1}),
                              nn::BatchNorm2d<double>({.features = 3}), nn::ReLU{}, nn::MaxPool2d({.kernel = 2}),

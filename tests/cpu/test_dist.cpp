@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bad_input.hpp"
+#include "dist_ranks.hpp"
 #include "cutrain/core/random.hpp"
 #include "cutrain/data/loader.hpp"
 #include "cutrain/dist/buckets.hpp"
@@ -33,91 +34,10 @@ namespace cutrain_test_dist {  // one per file: the unity build compiles files t
 using namespace cutrain;
 using namespace std::chrono_literals;
 using test::bad;
-
-namespace {
-
-// A port nothing listens on right now: bind port 0, read it back, close.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-dist::Env rank_env(int rank, int world, int port) {
-  return dist::Env::from_map({{"RANK", std::to_string(rank)},
-                              {"WORLD_SIZE", std::to_string(world)},
-                              {"MASTER_ADDR", "127.0.0.1"},
-                              {"MASTER_PORT", std::to_string(port)}});
-}
-
-// A child's check: prints what failed and makes the rank's exit status nonzero.
-#define RANK_CHECK(cond)                                                                \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "rank check failed at line %d: %s\n", __LINE__, #cond);      \
-      std::fflush(stderr);                                                              \
-      return 1;                                                                         \
-    }                                                                                   \
-  } while (0)
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Runs fn(rank) in n forked processes; returns their exit statuses (-1 when killed at the deadline).
-std::vector<int> run_ranks(int n, const std::function<int(int)>& fn, std::chrono::seconds deadline = 20s) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::alarm(static_cast<unsigned>(deadline.count()) + 5);
-      int code = 1;
-      try {
-        code = fn(r);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d threw: %s\n", r, e.what());
-      } catch (...) {
-        std::fprintf(stderr, "rank %d threw something else\n", r);
-      }
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes(static_cast<std::size_t>(n), -2);
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  for (std::size_t left = pids.size(); left > 0;) {
-    for (std::size_t i = 0; i < pids.size(); ++i) {
-      if (codes[i] != -2) continue;
-      int status = 0;
-      if (::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        --left;
-      }
-    }
-    if (left == 0) break;
-    if (std::chrono::steady_clock::now() > end) {
-      for (std::size_t i = 0; i < pids.size(); ++i)
-        if (codes[i] == -2) {
-          ::kill(pids[i], SIGKILL);
-          ::waitpid(pids[i], nullptr, 0);
-          codes[i] = -1;
-        }
-      break;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return codes;
-}
-
-}  // namespace
+using test::contains;
+using test::free_port;
+using test::rank_env;
+using test::run_ranks;
 
 // ---------------------------------------------------------------------------------------- env
 

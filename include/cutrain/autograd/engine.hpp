@@ -27,13 +27,14 @@ void accumulate(Tensor<T>& into, Tensor<T>&& g) {
   else into = ops::add(into, g);
 }
 
-// A leaf's grad += g. A g that shares its storage (a view of another gradient, passed along by a
-// reshape or an add) is copied: two leaves never share one gradient tensor, since an optimizer
-// or GradScaler may change a leaf's gradient in place.
+// A leaf's grad += g, then its grad hook. A g that shares its storage (a view of another
+// gradient, passed along by a reshape or an add) is copied: two leaves never share one gradient
+// tensor, since an optimizer or GradScaler may change a leaf's gradient in place.
 template <class T>
-void accumulate_leaf(Tensor<T>& into, Tensor<T>&& g) {
-  if (!into.defined() && g.shares_storage()) into = g.clone();
-  else accumulate(into, std::move(g));
+void accumulate_leaf(VarImpl<T>& leaf, Tensor<T>&& g) {
+  if (!leaf.grad.defined() && g.shares_storage()) leaf.grad = g.clone();
+  else accumulate(leaf.grad, std::move(g));
+  if (leaf.grad_hook) leaf.grad_hook();
 }
 
 // Nodes reachable from root through inputs that require grad, root first, each before all the
@@ -99,7 +100,7 @@ void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
                     " must have the root's shape ", root.value.shape());
   }
   if (!root.node) {  // a leaf: d root / d root
-    accumulate_leaf(root.grad, std::move(seed));
+    accumulate_leaf(root, std::move(seed));
     return;
   }
   const auto order = topological_order(root.node);
@@ -122,7 +123,7 @@ void run_backward(VarImpl<T>& root, Tensor<T> seed, bool retain_graph) {
       CUTRAIN_REQUIRE(grads[i].shape() == in.value.shape(), Error, op, n->name(), " returned a gradient ",
                       grads[i].describe(), " for input ", i, " of shape ", in.value.shape());
       if (in.node) accumulate(pending[in.node.get()], std::move(grads[i]));
-      else accumulate_leaf(in.grad, std::move(grads[i]));
+      else accumulate_leaf(in, std::move(grads[i]));
     }
     if (!retain_graph) {
       n->release_saved();
@@ -143,7 +144,7 @@ void send_gradient(const std::shared_ptr<VarImpl<S>>& in, Tensor<S>&& g) {
   if (!in || !in->requires_grad || !g.defined()) return;
   CUTRAIN_REQUIRE(g.shape() == in->value.shape(), Error, "backward", "a gradient ", g.describe(),
                   " was sent to a Var of shape ", in->value.shape());
-  if (!in->node) accumulate_leaf(in->grad, std::move(g));
+  if (!in->node) accumulate_leaf(*in, std::move(g));
   else run_backward(*in, std::move(g), retain_graph_flag());
 }
 

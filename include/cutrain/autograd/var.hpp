@@ -10,6 +10,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -67,6 +68,8 @@ struct VarImpl {
   std::shared_ptr<Node<T>> node;  // null for leaves
   CastCopy<T, bfloat16> bf16_copy;  // leaves only
   CastCopy<T, half> f16_copy;
+  // Called after each gradient added into this leaf's grad (dist::DataParallel's bucket readiness).
+  std::function<void()> grad_hook;
 
   template <class U>
   CastCopy<T, U>& cast_copy() {
@@ -194,6 +197,14 @@ class Var {
   }
 
   void zero_grad() const { checked()->grad = Tensor<T>{}; }
+  // f runs after every gradient a backward() adds into this leaf's grad() (once per use of the
+  // leaf in the graph, so a tied weight gets one call per use); an empty f removes it. One hook
+  // per leaf, shared by every handle of it: dist::DataParallel sets it to start a bucket's
+  // all-reduce as soon as its last gradient arrives.
+  void set_grad_hook(std::function<void()> f) const {
+    CUTRAIN_REQUIRE(is_leaf(), InvalidArgument, "Var::set_grad_hook", "only leaves (Vars no op made) take a gradient hook");
+    checked()->grad_hook = std::move(f);
+  }
   // A leaf sharing this Var's storage, with no history.
   Var detach() const { return Var(value().view(), false); }
 

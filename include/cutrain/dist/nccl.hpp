@@ -30,14 +30,13 @@
 
 #include "cutrain/core/tensor.hpp"
 #include "cutrain/cuda/runtime.hpp"
+#include "cutrain/dist/process_group.hpp"
 #include "cutrain/dist/store.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::dist {
 
 // A failure reported by NCCL.
 class NcclError : public DistError { using DistError::DistError; };
-
-enum class ReduceOp { sum, avg };
 
 namespace detail {
 
