@@ -11,15 +11,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 [[ -d /usr/share/games/fortunes ]] || { echo "gpt smoke: SKIPPED (no /usr/share/games/fortunes: scripts/setup)"; exit 77; }
 mkdir -p "$work/shards"
 "$here/scripts/char-corpus" "$work/fortunes.txt" >/dev/null
-"${PYTHON:-python3}" - "$work/fortunes.txt" "$work/shards" <<'PY'
-import struct, sys
-data = open(sys.argv[1], "rb").read()[:400_000]
-cut = len(data) * 9 // 10
-for name, part in (("smoke_train_000000.bin", data[:cut]), ("smoke_val_000000.bin", data[cut:])):
-    with open(f"{sys.argv[2]}/{name}", "wb") as f:
-        f.write(struct.pack("<256i", 20240520, 1, len(part), *([0] * 253)))
-        f.write(struct.pack(f"<{len(part)}H", *part))
-PY
+"${PYTHON:-python3}" "$here/tests/write_byte_shards.py" "$work/fortunes.txt" "$work/shards"
 flags=(--data "$work/shards" --device cpu --preset tiny --vocab 256 --steps 40 --eval-every 20 --eval-batches 2
        --batch 4 --context 32 --warmup 5 --lr 3e-3 --sample 16 --log-every 20)
 full=$("$exe" "${flags[@]}" | tail -1)

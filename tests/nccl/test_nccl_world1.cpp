@@ -1,6 +1,7 @@
 // dist::Communicator with a world of one on cuda:0: init through the store, every collective in
 // f32, bf16 and f16 (a world of one leaves values unchanged: sum = avg = broadcast = gather =
-// scatter of itself), and the errors for a CPU tensor, a wrong count and a bad root.
+// scatter of itself), and the errors for a CPU tensor, a wrong count and a bad root; NcclGroup
+// and DataParallel (a world of one: the plain gradients).
 // Not in any CMake target (it needs -lnccl). Build and run on a GPU machine, one command:
 //   g++ -std=gnu++20 -O1 -DCUTRAIN_WITH_CUDA -include nlohmann/json.hpp -Itests -Iinclude
 //     -isystem /usr/local/cuda/include -isystem <cudnn-frontend include> -isystem /usr/include/eigen3
@@ -15,7 +16,9 @@
 #include <vector>
 
 #include "cutrain/cutrain.hpp"
+#include "cutrain/dist/data_parallel.hpp"
 #include "cutrain/dist/nccl.hpp"
+#include "cutrain/nn.hpp"
 
 using namespace cutrain;
 
@@ -73,4 +76,38 @@ TEST_CASE("nccl: a world of one on cuda:0", "[dist][nccl]") {
   CHECK_THROWS_AS(comm.broadcast(a, 1), InvalidArgument);
   comm.abort();
   CHECK_THROWS_AS(comm.all_reduce(a), dist::DistError);
+}
+
+TEST_CASE("nccl: NcclGroup and DataParallel with a world of one on cuda:0", "[dist][nccl]") {
+  auto env = dist::Env::from_map({{"MASTER_PORT", std::to_string(free_port())}});
+  dist::Store store(env, {.timeout = std::chrono::seconds(30)});
+  dist::NcclGroup pg(store, 0);
+  CHECK(pg.backend() == "nccl");
+  CHECK(pg.size() == 1);
+  Rng rng(3);
+  const auto host = Tensor<float>::randn({5, 7}, rng);
+  auto t = host.to(Device::cuda(0));
+  pg.all_reduce(t, dist::ReduceOp::avg).wait();
+  pg.broadcast(t, 0).wait();
+  pg.barrier();
+  CHECK(t.to(Device::cpu()).to_vector() == host.to_vector());
+  CHECK_THROWS_AS(pg.all_reduce(Tensor<float>::zeros({2})), DeviceError);  // a CPU tensor
+
+  // A world of one: DataParallel's gradients are the plain ones (averaged over one rank).
+  nn::Linear<float> lin({.in = 7, .out = 3, .seed = 4}), ref({.in = 7, .out = 3, .seed = 4});
+  lin.to(Device::cuda(0));
+  ref.to(Device::cuda(0));
+  dist::DataParallel dp(lin, pg, {.bucket_cap_bytes = 64, .first_bucket_cap_bytes = 64});
+  const autograd::Var<float> x(host.to(Device::cuda(0)));
+  for (int step = 0; step < 2; ++step) {
+    dp.backward(autograd::sum(lin(x)));
+    autograd::sum(ref(x)).backward();
+    CHECK(lin.weight.grad().to(Device::cpu()).to_vector() == ref.weight.grad().to(Device::cpu()).to_vector());
+    CHECK(lin.bias.grad().to(Device::cpu()).to_vector() == ref.bias.grad().to(Device::cpu()).to_vector());
+    lin.weight.zero_grad();
+    lin.bias.zero_grad();
+    ref.weight.zero_grad();
+    ref.bias.zero_grad();
+  }
+  CHECK(dp.started_early() == dp.bucket_count());  // after the first backward every bucket starts early
 }

@@ -75,7 +75,7 @@ class DataParallel {
                       params_[i].value().describe(), ") is not dense");
       sig = detail::fnv1a(sig, cutrain::detail::cat(names_[i], params_[i].shape(), ";"));
     }
-    check_same_module(sig);
+    check_same_module(sig, dev);
     // Rank 0's parameters and buffers everywhere: one broadcast per tensor, in registration order.
     std::vector<Work> works;
     for (auto& p : params_) works.push_back(pg_.broadcast(p.value(), 0));
@@ -213,15 +213,18 @@ class DataParallel {
     Work work;
   };
 
-  void check_same_module(std::uint64_t sig) {
-    // The signature as four 16-bit pieces in f64 (exact), gathered from every rank.
-    auto mine = Tensor<double>::empty({4});
-    for (int k = 0; k < 4; ++k) mine.flat(k) = static_cast<double>((sig >> (16 * k)) & 0xffff);
-    auto all = Tensor<double>::empty({4 * pg_.size()});
+  void check_same_module(std::uint64_t sig, Device dev) {
+    // The signature as four 16-bit pieces in f64 (exact), gathered from every rank (on the
+    // parameters' device: NCCL reduces GPU tensors only).
+    std::vector<double> pieces;
+    for (int k = 0; k < 4; ++k) pieces.push_back(static_cast<double>((sig >> (16 * k)) & 0xffff));
+    const auto mine = Tensor<double>::from_vector(pieces, {4}).to(dev);
+    auto all = Tensor<double>::empty({4 * pg_.size()}, {.device = dev});
     pg_.all_gather(all, mine).wait();
+    const auto got = all.to_vector();
     for (int r = 0; r < pg_.size(); ++r)
-      for (int k = 0; k < 4; ++k)
-        if (all.flat(4 * r + k) != all.flat(k))
+      for (std::size_t k = 0; k < 4; ++k)
+        if (got[4 * static_cast<std::size_t>(r) + k] != got[k])
           throw DistError("dist::DataParallel",
                           cutrain::detail::cat("rank ", r, "'s module differs from rank 0's (its parameters' names or "
                                                "shapes; this is rank ", pg_.rank(), " of ", pg_.size(), ")"));

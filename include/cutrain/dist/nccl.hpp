@@ -11,7 +11,7 @@
 // device; counts must agree across ranks (NCCL cannot check that: a mismatch hangs or corrupts).
 // A collective returns once enqueued; check_async() reports NCCL's asynchronous errors (a dead
 // peer, a network failure) and aborts the communicator instead of hanging.
-// Status: compile-checked only; not yet run on a GPU (see docs/distributed.md).
+// dist::NcclGroup (below) is the same communicator behind the dist::ProcessGroup interface.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -193,6 +193,83 @@ class Communicator {
   int rank_ = 0;
   int world_ = 1;
   int device_ = 0;
+};
+
+// dist::NcclGroup: a ProcessGroup on NCCL for GPU tensors on one device per rank. Collectives are
+// enqueued on the calling thread's stream: a Work is complete once enqueued (later work on that
+// stream sees the result) and its wait() only checks NCCL's asynchronous errors. What DataParallel
+// runs on GPUs with NCCL; a CUDA graph can capture its collectives.
+class NcclGroup final : public ProcessGroup {
+ public:
+  NcclGroup(Store& store, int device, const std::string& key = "cutrain/nccl_id") : comm_(store, device, key) {}
+
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.world_size(); }
+  std::string_view backend() const override { return "nccl"; }
+  Communicator& communicator() { return comm_; }
+
+ protected:
+  Work all_reduce_impl(Buffer x, ReduceOp op, std::shared_ptr<void>) override {
+    check(x, "all_reduce");
+    detail::nccl_check(ncclAllReduce(x.data, x.data, count(x), dtype(x), detail::nccl_op(op), comm_.get(),
+                                     cuda::current_stream()),
+                       "dist::NcclGroup::all_reduce", "ncclAllReduce", comm_.get());
+    return enqueued();
+  }
+  Work broadcast_impl(Buffer x, int root, std::shared_ptr<void>) override {
+    check(x, "broadcast");
+    detail::nccl_check(ncclBroadcast(x.data, x.data, count(x), dtype(x), root, comm_.get(), cuda::current_stream()),
+                       "dist::NcclGroup::broadcast", "ncclBroadcast", comm_.get());
+    return enqueued();
+  }
+  Work all_gather_impl(Buffer out, Buffer x, std::shared_ptr<void>) override {
+    check(out, "all_gather");
+    check(x, "all_gather");
+    detail::nccl_check(ncclAllGather(x.data, out.data, count(x), dtype(x), comm_.get(), cuda::current_stream()),
+                       "dist::NcclGroup::all_gather", "ncclAllGather", comm_.get());
+    return enqueued();
+  }
+  Work reduce_scatter_impl(Buffer out, Buffer x, ReduceOp op, std::shared_ptr<void>) override {
+    check(out, "reduce_scatter");
+    check(x, "reduce_scatter");
+    detail::nccl_check(ncclReduceScatter(x.data, out.data, count(out), dtype(x), detail::nccl_op(op), comm_.get(),
+                                         cuda::current_stream()),
+                       "dist::NcclGroup::reduce_scatter", "ncclReduceScatter", comm_.get());
+    return enqueued();
+  }
+  Work barrier_impl() override {  // an all-reduce of one float, waited for on the host
+    CUTRAIN_REQUIRE(comm_.get(), DistError, "dist::NcclGroup::barrier", "the communicator was aborted");
+    auto one = Tensor<float>::zeros({1}, {.device = Device::cuda(comm_.device())});
+    all_reduce_impl({.data = one.data(), .numel = 1, .dtype = DType::f32, .device = one.device()}, ReduceOp::sum, nullptr);
+    (void)one.to_vector();
+    return enqueued();
+  }
+
+ private:
+  void check(const Buffer& b, std::string_view op) {
+    const std::string name = cutrain::detail::cat("dist::NcclGroup::", op);
+    CUTRAIN_REQUIRE(comm_.get(), DistError, name, "the communicator was aborted (rank ", rank(), ")");
+    CUTRAIN_REQUIRE(b.device.is_cuda() && b.device.index == comm_.device(), DeviceError, name, "a tensor on ",
+                    b.device, " must be on cuda:", comm_.device(), ", the group's device (rank ", rank(),
+                    "): NCCL reduces GPU tensors; use dist::GlooGroup for CPU ones");
+  }
+  static std::size_t count(const Buffer& b) { return static_cast<std::size_t>(b.numel); }
+  static ncclDataType_t dtype(const Buffer& b) {
+    switch (b.dtype) {
+      case DType::f64: return ncclFloat64;
+      case DType::bf16: return ncclBfloat16;
+      case DType::f16: return ncclFloat16;
+      default: return ncclFloat32;
+    }
+  }
+  Work enqueued() {
+    auto st = std::make_shared<detail::WorkState>();
+    st->on_wait = [this] { comm_.check_async(); };
+    Work::finish(*st);
+    return Work(st);
+  }
+
+  Communicator comm_;
 };
 
 }  // namespace cutrain::inline CUTRAIN_ABI::dist
