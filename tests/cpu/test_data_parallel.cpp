@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "cutrain/core/random.hpp"
 #include "cutrain/dist/data_parallel.hpp"
 #include "cutrain/dist/gloo.hpp"
+#include "cutrain/dist/zero.hpp"
 #include "cutrain/nn.hpp"
 #include "dist_ranks.hpp"
 
@@ -349,6 +351,146 @@ TEST_CASE("data parallel faults: a rank that dies, hangs or never arrives fails 
     });
     CHECK(codes == std::vector<int>{0});
   }
+}
+
+}  // namespace cutrain_test_data_parallel
+
+namespace cutrain_test_data_parallel {
+
+TEST_CASE("ZeRO-1: sharded AdamW and SGD equal the plain optimizers; checkpoints move between world sizes",
+          "[dist][gloo][zero]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("cutrain_zero_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const nn::GPTOptions go{.vocab = 11, .context = 6, .dim = 8, .heads = 2, .layers = 2, .seed = 3};
+  const optim::AdamWOptions ao{.lr = 1e-2, .weight_decay = 0.1};
+  const auto make = [&](std::vector<autograd::Var<double>> mine) {
+    return std::make_unique<optim::AdamW<double>>(std::move(mine), ao);
+  };
+  // The whole batch of step `step`: every process draws the same.
+  const auto batch = [](int step) {
+    Rng data(100 + static_cast<std::uint64_t>(step));
+    std::vector<std::int32_t> tok(4 * 6), tgt(tok.size());
+    for (auto& t : tok) t = static_cast<std::int32_t>(data.next_u64() % 11);
+    for (auto& t : tgt) t = static_cast<std::int32_t>(data.next_u64() % 11);
+    return std::pair{Tensor<std::int32_t>::from_vector(tok, {4, 6}), Tensor<std::int32_t>::from_vector(tgt, {4, 6})};
+  };
+  // n ranks train steps [from, to) on rows split by rank, with ZeRO AdamW.
+  const auto train = [&](int n, int rank, nn::GPT<double>& model, dist::ProcessGroup& pg,
+                         dist::ZeroOptimizer<double, optim::AdamW<double>>& opt, dist::DataParallel<nn::GPT<double>>& dp,
+                         int from, int to) {
+    const std::int64_t per = 4 / n;
+    for (int step = from; step < to; ++step) {
+      const auto [tokens, targets] = batch(step);
+      dp.backward(model.loss(rows(tokens, rank * per, (rank + 1) * per), rows(targets, rank * per, (rank + 1) * per)));
+      opt.step();
+      opt.zero_grad();
+    }
+    (void)pg;
+  };
+  // The reference: one process, plain AdamW, 4 steps, its state saved after 2.
+  nn::GPT<double> ref(go);
+  optim::AdamW<double> ref_opt(ref.parameters(), ao);
+  Checkpoint ref_ck;
+  for (int step = 0; step < 4; ++step) {
+    const auto [tokens, targets] = batch(step);
+    ref.loss(tokens, targets).backward();
+    ref_opt.step();
+    ref_opt.zero_grad();
+    if (step == 1) ref_opt.save_state(ref_ck, "opt");
+  }
+
+  SECTION("2 ranks save after 2 steps; 4 ranks load and train 2 more; both equal the reference") {
+    const auto path = (dir / "zero2.ckpt").string();
+    int port = free_port();
+    auto codes = run_ranks(2, [&](int rank) {
+      dist::Store store(rank_env(rank, 2, port), quick_store());
+      dist::GlooGroup pg(store, {.timeout = 10s});
+      nn::GPT<double> model(go);
+      dist::DataParallel dp(model, pg);
+      dist::ZeroOptimizer<double, optim::AdamW<double>> opt(pg, model.parameters(), make);
+      RANK_CHECK(opt.local_params().size() > 0 && opt.local_params().size() < model.parameters().size());
+      train(2, rank, model, pg, opt, dp, 0, 2);
+      Checkpoint ck;
+      nn::save_module(ck, "model", model);
+      opt.save_state(ck, "opt");
+      // The gathered state is the plain optimizer's, record for record.
+      RANK_CHECK(ck.get_int("opt.params") == ref_ck.get_int("opt.params"));
+      for (const auto& name : ref_ck.names()) {
+        RANK_CHECK(ck.contains(name));
+        if (name.ends_with(".exp_avg") || name.ends_with(".exp_avg_sq")) {
+          const auto a = ck.get<double>(name).to_vector(), b = ref_ck.get<double>(name).to_vector();
+          for (std::size_t i = 0; i < a.size(); ++i) RANK_CHECK(std::abs(a[i] - b[i]) <= 1e-10 * (1 + std::abs(b[i])));
+        }
+      }
+      if (rank == 0) ck.save(path);
+      pg.barrier();
+      return 0;
+    });
+    REQUIRE(codes == (std::vector<int>{0, 0}));
+    port = free_port();
+    codes = run_ranks(4, [&](int rank) {
+      dist::Store store(rank_env(rank, 4, port), quick_store());
+      dist::GlooGroup pg(store, {.timeout = 10s});
+      nn::GPT<double> model(go);
+      const auto ck = Checkpoint::load(path);
+      nn::load_module(ck, "model", model);
+      dist::DataParallel dp(model, pg);
+      dist::ZeroOptimizer<double, optim::AdamW<double>> opt(pg, model.parameters(), make);
+      opt.load_state(ck, "opt");
+      train(4, rank, model, pg, opt, dp, 2, 4);
+      const double diff = max_param_diff(model, ref);
+      if (diff > 1e-10) std::fprintf(stderr, "rank %d: parameters differ by %g\n", rank, diff);
+      RANK_CHECK(diff <= 1e-10);
+      pg.barrier();
+      return 0;
+    });
+    CHECK(codes == (std::vector<int>{0, 0, 0, 0}));
+    // And the plain optimizer loads the ZeRO checkpoint.
+    nn::GPT<double> plain(go);
+    const auto ck = Checkpoint::load(path);
+    nn::load_module(ck, "model", plain);
+    optim::AdamW<double> plain_opt(plain.parameters(), ao);
+    plain_opt.load_state(ck, "opt");
+    for (int step = 2; step < 4; ++step) {
+      const auto [tokens, targets] = batch(step);
+      plain.loss(tokens, targets).backward();
+      plain_opt.step();
+      plain_opt.zero_grad();
+    }
+    CHECK(max_param_diff(plain, ref) <= 1e-10);
+  }
+  SECTION("SGD with momentum, 2 ranks: the same parameters as plain SGD") {
+    const int port = free_port();
+    const auto codes = run_ranks(2, [&](int rank) {
+      dist::Store store(rank_env(rank, 2, port), quick_store());
+      dist::GlooGroup pg(store, {.timeout = 10s});
+      auto model = small_cnn(5), ref_cnn = small_cnn(5);
+      dist::DataParallel dp(model, pg);
+      dist::ZeroOptimizer<double, optim::SGD<double>> opt(pg, model.parameters(), [](auto mine) {
+        return std::make_unique<optim::SGD<double>>(std::move(mine), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+      });
+      optim::SGD<double> ref_sgd(ref_cnn.parameters(), {.lr = 0.1, .momentum = 0.9});
+      Rng data(9);
+      for (int step = 0; step < 3; ++step) {
+        const auto x = Tensor<double>::randn({4, 1, 8, 8}, data);
+        std::vector<std::int32_t> ys;
+        for (int i = 0; i < 4; ++i) ys.push_back(static_cast<std::int32_t>(data.next_u64() % 5));
+        const auto y = Tensor<std::int32_t>::from_vector(ys, {4});
+        dp.backward(nn::cross_entropy(model(autograd::Var<double>(rows(x, 2 * rank, 2 * rank + 2))),
+                                      rows(y, 2 * rank, 2 * rank + 2)));
+        opt.step();
+        opt.zero_grad();
+        nn::cross_entropy(ref_cnn(autograd::Var<double>(x.view())), y).backward();
+        ref_sgd.step();
+        ref_sgd.zero_grad();
+      }
+      RANK_CHECK(max_param_diff(model, ref_cnn) <= 1e-10);
+      pg.barrier();
+      return 0;
+    });
+    CHECK(codes == (std::vector<int>{0, 0}));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace cutrain_test_data_parallel

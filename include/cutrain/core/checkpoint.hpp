@@ -110,6 +110,16 @@ class Checkpoint {
   }
 
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  // Copies from's record `name` (of any kind) into this checkpoint as `as`.
+  void copy_record(const Checkpoint& from, const std::string& name, const std::string& as) {
+    check_name("Checkpoint::copy_record", as);
+    auto it = from.index_.find(name);
+    CUTRAIN_REQUIRE(it != from.index_.end(), InvalidArgument, "Checkpoint::copy_record",
+                    "the source checkpoint has no record \"", name, "\"");
+    Record r = from.records_[it->second];
+    r.name = as;
+    store(std::move(r));
+  }
   // Removes the record of that name; false when there was none.
   bool erase(const std::string& name) {
     auto it = index_.find(name);
