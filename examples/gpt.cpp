@@ -9,7 +9,7 @@
 //       [--batch N] [--context N] [--grad-accum N] [--steps N] [--lr X] [--min-lr X] [--warmup N]
 //       [--weight-decay X] [--eval-every N] [--eval-batches N] [--seed N] [--checkpoint FILE]
 //       [--resume] [--stop-after N] [--sample N] [--cuda-graphs] [--recompute] [--chunk-rows N]
-//       [--peak-tflops X] [--log-every N] [--out FILE.json]
+//       [--peak-tflops X] [--log-every N] [--out FILE.json] [--zero]
 //
 // Presets: d12 is GPT-2 124M (12 layers, 12 heads, dim 768, context 1024), d24 350M (24, 16,
 // 1024), d36 774M (36, 20, 1280); tiny (2 layers, 2 heads, dim 64, context 64) trains in minutes
@@ -30,6 +30,7 @@
 // own --batch rows (the shards split by rank, random tokens seeded by rank) and the gradients are
 // averaged over the ranks (dist::DataParallel on Gloo; GPU gradients staged through the host):
 // tokens/s counts every rank's tokens; rank 0 alone logs, evaluates, samples and checkpoints.
+// --zero shards AdamW's state over the ranks (dist::ZeroOptimizer; its checkpoints load anywhere).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -48,6 +49,7 @@
 #include "cutrain/cutrain.hpp"
 #include "cutrain/data/shards.hpp"
 #include "cutrain/dist/data_parallel.hpp"
+#include "cutrain/dist/zero.hpp"
 #ifdef CUTRAIN_GLOO
 #include "cutrain/dist/gloo.hpp"
 #endif
@@ -66,7 +68,7 @@ struct Args {
   std::int64_t eval_batches = 0, stop_after = 0, sample = 0, chunk_rows = 0, log_every = 10;
   double lr = 6e-4, min_lr = 6e-5, weight_decay = 0.1, peak_tflops = 989;
   std::uint64_t seed = 1337;
-  bool random_tokens = false, resume = false, cuda_graphs = false, recompute = false;
+  bool random_tokens = false, resume = false, cuda_graphs = false, recompute = false, zero = false;
   std::int64_t layers = 0, heads = 0, dim = 0;
 };
 
@@ -80,7 +82,7 @@ struct Args {
             << "           [--out FILE.json]\n"
             << "  (scripts/make-shards DIR writes shards of Debian's fortunes)\n"
 #ifdef CUTRAIN_GLOO
-            << "  data-parallel: scripts/launch -n N gpt ... (each rank trains on its --batch rows)\n"
+            << "  data-parallel: scripts/launch -n N gpt ... [--zero] (each rank trains on its --batch rows)\n"
 #endif
             ;
   std::exit(2);
@@ -138,6 +140,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--sample") a.sample = num();
     else if (f == "--cuda-graphs") a.cuda_graphs = true;
     else if (f == "--recompute") a.recompute = true;
+    else if (f == "--zero") a.zero = true;
     else if (f == "--chunk-rows") a.chunk_rows = num();
     else if (f == "--peak-tflops") a.peak_tflops = real();
     else if (f == "--log-every") a.log_every = num();
@@ -315,8 +318,32 @@ int main(int argc, char** argv) {
     std::vector<Var<float>> decay, no_decay;
     for (auto& [name, p] : gpt.named_parameters())
       (p.value().rank() == 2 && !name.starts_with("wte") && !name.starts_with("wpe") ? decay : no_decay).push_back(p);
-    optim::AdamW<float> opt({{decay, args.weight_decay}, {no_decay, 0.0}},
-                            {.lr = 0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
+    // Several ranks: a process group on Gloo (rank 0's model everywhere, then gradients averaged
+    // in buckets during backward: DataParallel below, after a resume).
+    std::unique_ptr<dist::Store> store;
+    std::unique_ptr<dist::ProcessGroup> group;
+    if (env.world_size > 1) {
+#ifdef CUTRAIN_GLOO
+      store = std::make_unique<dist::Store>(env);
+      group = std::make_unique<dist::GlooGroup>(*store);
+#else
+      usage("WORLD_SIZE > 1, but this gpt was built without Gloo (Debian's libgloo-dev)");
+#endif
+    }
+    if (args.zero && !group) usage("--zero needs several ranks (scripts/launch -n N gpt ...)");
+    // AdamW, weight decay on the matrices; with --zero its state sharded over the ranks (ZeRO-1).
+    const auto make_adamw = [&](const std::vector<Var<float>>& ps) {
+      std::vector<Var<float>> d, nd;
+      for (const auto& p : ps) (std::find(decay.begin(), decay.end(), p) != decay.end() ? d : nd).push_back(p);
+      return std::make_unique<optim::AdamW<float>>(std::vector<optim::ParamGroup<float>>{{d, args.weight_decay}, {nd, 0.0}},
+                                                   optim::AdamWOptions{.lr = 0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
+    };
+    std::unique_ptr<optim::AdamW<float>> adamw;
+    std::unique_ptr<dist::ZeroOptimizer<float, optim::AdamW<float>>> zero;
+    std::vector<Var<float>> numbered = decay;  // as AdamW numbers them: group after group
+    numbered.insert(numbered.end(), no_decay.begin(), no_decay.end());
+    if (args.zero) zero = std::make_unique<dist::ZeroOptimizer<float, optim::AdamW<float>>>(*group, numbered, make_adamw);
+    else adamw = make_adamw(gpt.parameters());
     const std::vector<Var<float>> params = gpt.parameters();
     const std::int64_t n_params = gpt.parameter_count();
     const std::int64_t tokens_per_step = args.batch * args.context * args.grad_accum * env.world_size;
@@ -327,31 +354,20 @@ int main(int argc, char** argv) {
     if (args.resume) {
       const auto ck = Checkpoint::load(args.checkpoint);
       nn::load_module(ck, "model", gpt);
-      opt.load_state(ck, "optimizer");
+      adamw ? adamw->load_state(ck, "optimizer") : zero->load_state(ck, "optimizer");
       step = ck.get_int("step");
       batches.set_state({ck.get_int("loader_0"), ck.get_int("loader_1")});
       if (lead) std::cout << "gpt: resumed from " << args.checkpoint << " at step " << step << std::endl;
     }
-    // Several ranks: rank 0's model everywhere, then gradients averaged in buckets during backward.
-    std::unique_ptr<dist::Store> store;
-    std::unique_ptr<dist::ProcessGroup> group;
     std::unique_ptr<dist::DataParallel<nn::GPT<float>>> dp;
-    if (env.world_size > 1) {
-#ifdef CUTRAIN_GLOO
-      store = std::make_unique<dist::Store>(env);
-      group = std::make_unique<dist::GlooGroup>(*store);
-      dp = std::make_unique<dist::DataParallel<nn::GPT<float>>>(gpt, *group);
-#else
-      usage("WORLD_SIZE > 1, but this gpt was built without Gloo (Debian's libgloo-dev)");
-#endif
-    }
+    if (group) dp = std::make_unique<dist::DataParallel<nn::GPT<float>>>(gpt, *group);
     if (lead)
       std::cout << "gpt: " << env.world_size << " rank" << (env.world_size > 1 ? "s" : "") << ", device " << dev << ", " << (args.random_tokens ? std::string("random tokens") : args.data)
               << ", preset " << args.preset << ": " << n_params << " parameters (" << args.layers << " layers, "
               << args.heads << " heads, dim " << args.dim << ", context " << args.context << ", vocab " << args.vocab
               << "), batch " << args.batch << " x " << args.grad_accum << " micro-batches, " << args.steps
               << " steps, " << (bf16 ? "bf16" : "f32") << (args.recompute ? ", recompute" : "")
-              << (args.cuda_graphs ? ", CUDA graph" : "") << std::endl;
+              << (args.cuda_graphs ? ", CUDA graph" : "") << (args.zero ? ", ZeRO-1" : "") << std::endl;
 
 #ifdef CUTRAIN_WITH_CUDA
     std::optional<cuda::Stream> stream;
@@ -384,7 +400,7 @@ int main(int argc, char** argv) {
       }
       if (dev.is_cuda()) (void)optim::clip_grad_norm_device(params, 1.0);
       else (void)optim::clip_grad_norm(params, 1.0);
-      opt.step();
+      adamw ? adamw->step() : zero->step();
     };
 
     std::vector<double> step_ms;
@@ -397,7 +413,7 @@ int main(int argc, char** argv) {
     while (step < args.steps) {
       if (step == first_step + 10) prof = profile::Session::from_env();
       const double lr = lr_at(args, step);
-      opt.set_lr(lr);
+      adamw ? adamw->set_lr(lr) : zero->set_lr(lr);
       for (std::int64_t k = 0; k < args.grad_accum; ++k) {
         const data::TokenBatch b = batches.train();
         x_in.slice(0, k * args.batch, (k + 1) * args.batch).copy_from(b.x);
@@ -441,15 +457,18 @@ int main(int argc, char** argv) {
       if (step % args.eval_every == 0 || step == args.steps) {
         if (lead) val = evaluate(gpt, batches, args, dev, bf16);
         if (lead && !std::isnan(val)) std::printf("step %lld: val loss %.4f\n", static_cast<long long>(step), val);
-        if (lead && !args.checkpoint.empty()) {
+        if (!args.checkpoint.empty()) {  // ZeRO's state is gathered from every rank; rank 0 writes
           Checkpoint ck;
-          nn::save_module(ck, "model", gpt);
-          opt.save_state(ck, "optimizer");
-          ck.put_int("step", step);
-          const auto s = batches.state();
-          ck.put_int("loader_0", s[0]);
-          ck.put_int("loader_1", s[1]);
-          ck.save(args.checkpoint);
+          if (zero) zero->save_state(ck, "optimizer");
+          if (lead) {
+            nn::save_module(ck, "model", gpt);
+            if (adamw) adamw->save_state(ck, "optimizer");
+            ck.put_int("step", step);
+            const auto s = batches.state();
+            ck.put_int("loader_0", s[0]);
+            ck.put_int("loader_1", s[1]);
+            ck.save(args.checkpoint);
+          }
         }
         if (args.stop_after > 0 && step >= args.stop_after && step < args.steps) {
           if (lead) std::printf("stopped at step %lld (--stop-after); continue with --resume\n", static_cast<long long>(step));

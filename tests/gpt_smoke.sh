@@ -2,8 +2,8 @@
 # The gpt example end to end on the CPU with the tiny preset: writes byte-level token shards of a
 # text (llm.c's .bin format, train and val), trains 40 steps with a checkpoint, stops at step 20,
 # resumes, and checks that the resumed run ends where an uninterrupted one does; then a run with
-# --recompute and two micro-batches; then 2 and 4 ranks through scripts/launch. Exit 77 (skipped)
-# when the fortunes package is missing.
+# --recompute and two micro-batches; then 2 and 4 ranks through scripts/launch, and a ZeRO-1
+# checkpoint resumed at other world sizes. Exit 77 (skipped) when the fortunes package is missing.
 #   tests/gpt_smoke.sh BUILD_DIR/examples/gpt WORK_DIR
 set -euo pipefail
 exe=$1 work=$2
@@ -37,6 +37,20 @@ if { "$exe" --help 2>&1 || true; } | grep -q "data-parallel"; then
     echo "1 rank: $one"
     echo "$n ranks: $dp"
     awk -v a="$one" -v b="$dp" 'BEGIN { split(a, x, /[ ,]+/); split(b, y, /[ ,]+/); d = x[4] - y[4];
+      exit !(y[1] == "final" && (d < 0 ? -d : d) <= 2e-4) }'
+  done
+  # ZeRO-1 on 2 ranks, stopped at step 20: its checkpoint resumes on 2 ZeRO ranks, in one plain
+  # process and on 4 ZeRO ranks, each to the uninterrupted run's val loss.
+  rm -f "$work/z.ck"
+  "$here/scripts/launch" -n 2 "$exe" "${flags[@]}" --batch 2 --eval-batches 4 --zero --checkpoint "$work/z.ck" \
+    --stop-after 20 | tail -1
+  for run in "2 2 4 --zero" "1 4 2" "4 1 8 --zero"; do
+    read -r n b e z <<<"$run"
+    cp "$work/z.ck" "$work/z_$n.ck"
+    got=$("$here/scripts/launch" -n "$n" "$exe" "${flags[@]}" --batch "$b" --eval-batches "$e" ${z:-} \
+          --checkpoint "$work/z_$n.ck" --resume | tail -1)
+    echo "ZeRO checkpoint resumed on $n rank(s)${z:+ with $z}: $got"
+    awk -v a="$one" -v b="$got" 'BEGIN { split(a, x, /[ ,]+/); split(b, y, /[ ,]+/); d = x[4] - y[4];
       exit !(y[1] == "final" && (d < 0 ? -d : d) <= 2e-4) }'
   done
 else

@@ -11,7 +11,8 @@
 //   dp.backward(loss); opt.step(); opt.zero_grad();
 //   opt.save_state(ckpt, "optimizer");   // every rank calls it; rank 0 then writes ckpt
 //
-// Ownership: parameters in decreasing size, each to the rank holding the fewest elements so far
+// Pass the parameters in the order the plain optimizer numbers them (group after group), so that
+// the checkpoints agree. Ownership: parameters in decreasing size, each to the rank holding the fewest elements so far
 // (ties: the lower rank), so every rank computes the same partition. make(mine) builds the inner
 // optimizer over this rank's parameters (in registration order); a rank that owns none has none.
 // save_state() gathers every rank's state into the unsharded optimizer's own format (records
@@ -120,6 +121,16 @@ class ZeroOptimizer {
       inner_ = make(std::move(mine));
       CUTRAIN_REQUIRE(inner_ != nullptr, InvalidArgument, "dist::ZeroOptimizer", "make() returned no optimizer");
       lr_ = inner_->lr();
+      // The inner optimizer's own numbering (groups reorder): its j-th parameter is params[k].
+      for (const auto& p : inner_->params()) {
+        std::size_t k = 0;
+        while (k < params_.size() && !(params_[k] == p)) ++k;
+        CUTRAIN_REQUIRE(k < params_.size() && owner_[k] == pg.rank(), InvalidArgument, "dist::ZeroOptimizer",
+                        "make() built an optimizer over a parameter it was not given");
+        inner_global_.push_back(k);
+      }
+      CUTRAIN_REQUIRE(inner_global_.size() == local_.size(), InvalidArgument, "dist::ZeroOptimizer", "make() built an "
+                      "optimizer over ", inner_global_.size(), " parameters, it was given ", local_.size());
     }
   }
 
@@ -147,8 +158,14 @@ class ZeroOptimizer {
 
   // Collective. Writes the unsharded optimizer's records for every parameter under prefix.
   void save_state(Checkpoint& ckpt, const std::string& prefix) const {
-    Checkpoint mine;
-    if (inner_) inner_->save_state(mine, "z");
+    Checkpoint inner, mine;  // mine: the inner records renumbered z.<k>.*, k the global index
+    if (inner_) inner_->save_state(inner, "z");
+    for (const std::string& n : inner.names()) {
+      const auto j = local_index(n);
+      if (j < 0) mine.copy_record(inner, n, n);
+      else mine.copy_record(inner, n, cutrain::detail::cat("z.", inner_global_.at(static_cast<std::size_t>(j)),
+                                                            n.substr(n.find('.', 2))));
+    }
     const Device dev = params_[0].device();
     const std::string bytes = detail::checkpoint_bytes(mine, pg_.rank());
     // A reused checkpoint keeps no stale record of these parameters.
@@ -163,16 +180,8 @@ class ZeroOptimizer {
       const Checkpoint part = detail::checkpoint_of(got, pg_.rank());
       if (part.size() == 0) continue;
       type = part.get_string("z.type");
-      std::vector<std::size_t> global;
-      for (std::size_t k = 0; k < params_.size(); ++k)
-        if (owner_[k] == r) global.push_back(k);
-      for (const std::string& n : part.names()) {
-        const auto j = local_index(n);
-        if (j < 0) continue;
-        const std::string rest = n.substr(n.find('.', 2) + 1);
-        ckpt.copy_record(part, n, Checkpoint::key(prefix, std::to_string(global.at(static_cast<std::size_t>(j)))) +
-                                      "." + rest);
-      }
+      for (const std::string& n : part.names())
+        if (local_index(n) >= 0) ckpt.copy_record(part, n, head + n.substr(2));
     }
     CUTRAIN_REQUIRE(!type.empty(), Error, "dist::ZeroOptimizer::save_state", "no rank had an optimizer");
     ckpt.put_string(Checkpoint::key(prefix, "type"), type);
@@ -196,7 +205,7 @@ class ZeroOptimizer {
       mine.put_double("z.lr", ckpt.get_double(key("lr")));
       mine.put_int("z.params", static_cast<std::int64_t>(local_.size()));
       std::vector<std::int64_t> local_of(params_.size(), -1);
-      for (std::size_t j = 0; j < local_.size(); ++j) local_of[local_[j]] = static_cast<std::int64_t>(j);
+      for (std::size_t j = 0; j < inner_global_.size(); ++j) local_of[inner_global_[j]] = static_cast<std::int64_t>(j);
       const std::string head = prefix.empty() ? "" : prefix + ".";
       for (const std::string& name : ckpt.names()) {
         if (name.compare(0, head.size(), head) != 0) continue;
@@ -227,7 +236,8 @@ class ZeroOptimizer {
   ProcessGroup& pg_;
   std::vector<autograd::Var<T>> params_;
   std::vector<int> owner_;
-  std::vector<std::size_t> local_;
+  std::vector<std::size_t> local_;         // this rank's parameters, in the order of params
+  std::vector<std::size_t> inner_global_;  // the inner optimizer's j-th parameter is params[k]
   std::unique_ptr<Opt> inner_;
   double lr_ = 0;
 };
