@@ -29,6 +29,9 @@
 // --cuda-graphs; bf16 can). On the GPU the run starts a warm start named after its precision and
 // autotune mode (cuda::warm_start): the cuDNN plans an earlier run used load on background threads
 // while the data set is read.
+// Data-parallel: scripts/launch -n N fashion_mnist ... trains on N ranks, each on its shard of
+// every epoch with --batch images a step (dist::DataParallel on Gloo; batch-norm statistics stay
+// local and rank 0's are copied to all before each evaluation); rank 0 prints and checkpoints.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -47,6 +50,10 @@
 #include "cutrain/cutrain.hpp"
 #include "cutrain/data/idx.hpp"
 #include "cutrain/data/loader.hpp"
+#include "cutrain/dist/data_parallel.hpp"
+#ifdef CUTRAIN_GLOO
+#include "cutrain/dist/gloo.hpp"
+#endif
 #include "cutrain/nn.hpp"
 #include "cutrain/optim/ema.hpp"
 #include "fashion_mnist_args.hpp"
@@ -178,7 +185,10 @@ int main(int argc, char** argv) {
   const auto t_start = Clock::now();
   const Args args = parse(argc, argv);
   try {
+    const auto env = dist::Env::from_environment();
+    if (env.rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;  // rank 0 prints
     const Device dev = pick_device(args.device);
+    if (args.cuda_graphs && env.world_size > 1) usage("--cuda-graphs with several ranks: Gloo's collectives cannot be captured");
     if (args.recipe == "fast" && dev.is_cpu())
       usage("--recipe fast trains in bf16 with CUDA graphs, which need the GPU");
     if (args.cuda_graphs && dev.is_cpu()) usage("--cuda-graphs needs the GPU");
@@ -245,7 +255,9 @@ int main(int argc, char** argv) {
                                    .normalize_std = stdev,
                                    .random_crop_padding = args.augment ? 2 : 0,
                                    .hflip = args.augment,
-                                   .device = dev});
+                                   .device = dev,
+                                   .rank = env.rank,
+                                   .world_size = env.world_size});
     data::Loader test(test_set, {.batch = 1000, .normalize_mean = mean, .normalize_std = stdev, .device = dev});
     const auto test_mirrored = args.tta ? mirrored(test_set) : data::ImageDataset<float>{};
     std::optional<data::Loader<float>> test_flipped;
@@ -287,8 +299,20 @@ int main(int argc, char** argv) {
                 << " (step " << step << ")" << std::endl;
     }
     train.set_epoch(first_epoch - 1);
+    std::unique_ptr<dist::Store> store;  // several ranks: rank 0's model everywhere, gradients averaged
+    std::unique_ptr<dist::ProcessGroup> group;
+    std::unique_ptr<dist::DataParallel<nn::Sequential<float>>> dp;
+    if (env.world_size > 1) {
+#ifdef CUTRAIN_GLOO
+      store = std::make_unique<dist::Store>(env);
+      group = std::make_unique<dist::GlooGroup>(*store);
+      dp = std::make_unique<dist::DataParallel<nn::Sequential<float>>>(net, *group);
+#else
+      usage("WORLD_SIZE > 1, but this fashion_mnist was built without Gloo (Debian's libgloo-dev)");
+#endif
+    }
 
-    std::cout << "fashion_mnist: device " << dev << ", " << train.samples_per_epoch() << " train / " << test_set.size()
+    std::cout << "fashion_mnist: " << env.world_size << " rank(s), device " << dev << ", " << train.samples_per_epoch() << " train / " << test_set.size()
               << " test images, batch " << args.batch << ", " << args.epochs << " epoch(s), " << steps_per_epoch
               << " steps/epoch, width " << args.width << ", AdamW max lr " << args.lr
               << (args.augment ? ", crop+flip" : "")
@@ -313,9 +337,11 @@ int main(int argc, char** argv) {
       opt.zero_grad();
       if (scaled) {
         scaler.backward(loss);
+        if (dp) dp->finish();
         scaler.step(opt);
       } else {
         loss.backward();
+        if (dp) dp->finish();
         opt.step();
       }
       return loss;
@@ -378,7 +404,7 @@ int main(int argc, char** argv) {
           double l = 0;
           for (float v : lv) l += v;
           const auto now = Clock::now();
-          const double rate = static_cast<double>((k - window_from) * args.batch) / seconds(t_window, now);
+          const double rate = static_cast<double>((k - window_from) * args.batch * env.world_size) / seconds(t_window, now);
           const double eta = static_cast<double>(total_steps - step) * static_cast<double>(args.batch) / rate;
           progress.show(k, l / static_cast<double>(lv.size()), rate, eta);
           t_window = now;
@@ -387,6 +413,7 @@ int main(int argc, char** argv) {
       }
       const double epoch_s = seconds(t_epoch, Clock::now());
       train_seconds += epoch_s;
+      seen *= env.world_size;
       images_total += seen;
       double train_loss = 0;
       for (float v : losses.slice(0, 0, k).to_vector()) train_loss += v;
@@ -394,6 +421,7 @@ int main(int argc, char** argv) {
       // With --ema the averages are evaluated and checkpointed (swapped in for the scope).
       std::optional<optim::EMA<float>::Swapped> averaged;
       if (ema) averaged.emplace(*ema);
+      if (dp) dp->sync_buffers();  // every rank evaluates rank 0's model: the same stop decisions
       last = evaluate(net, args.precision, test, test_flipped ? &*test_flipped : nullptr);
       std::printf("epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s, %.0f images/s\n", epoch,
                   train_loss, last.loss, last.accuracy, epoch_s, static_cast<double>(seen) / epoch_s);
@@ -406,7 +434,7 @@ int main(int argc, char** argv) {
             << static_cast<double>(seen) / epoch_s << '\n';
         csv.flush();
       }
-      if (!args.checkpoint.empty()) {
+      if (!args.checkpoint.empty() && env.rank == 0) {
         Checkpoint ck;
         nn::save_module(ck, "model", net);
         opt.save_state(ck, "optimizer");
@@ -421,6 +449,7 @@ int main(int argc, char** argv) {
       if (reached && args.stop_at_target) break;
       if (epoch == args.stop_after && epoch < args.epochs) {
         std::printf("stopped after epoch %d of %d (--stop-after); continue with --resume\n", epoch, args.epochs);
+        if (group) group->barrier();
         return 0;
       }
     }
@@ -445,6 +474,7 @@ int main(int argc, char** argv) {
 #endif
     std::printf("final test accuracy %.2f%%, %.0f images/s\n", last.accuracy,
                 train_seconds > 0 ? static_cast<double>(images_total) / train_seconds : 0.0);
+    if (group) group->barrier();  // rank 0's store outlives the others' use of it
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "fashion_mnist: " << e.what() << "\n";

@@ -1,7 +1,8 @@
-// dist::GlooGroup and dist::DataParallel with 2 and 4 ranks as processes on loopback: the
-// collectives in every dtype; N steps of data-parallel training equal one process training on
-// the concatenated batch (f64, a CNN and a GPT with a tied weight); no_sync accumulation equals
-// the large batch; unused parameters; and the faults: a rank that dies, one that hangs, one that
+// dist::GlooGroup, dist::DataParallel and dist::ZeroOptimizer with 2 and 4 ranks as processes on
+// loopback: the collectives in every dtype; N steps of data-parallel training equal one process
+// training on the concatenated batch (f64, a CNN and a GPT with a tied weight); no_sync
+// accumulation equals the large batch; an uneven last batch; unused parameters; ZeRO-1 and its
+// checkpoints across world sizes; and the faults: a rank that dies, one that hangs, one that
 // never arrives, ranks with different models, a second backward without finish(). Each rank
 // trains its reference model itself, on the whole batch, and compares.
 #include <catch2/catch.hpp>
@@ -216,6 +217,37 @@ TEST_CASE("data parallel: a GPT with a tied weight, AdamW, and no_sync accumulat
     const double diff = max_param_diff(model, ref);
     if (diff > 1e-10) std::fprintf(stderr, "rank %d: parameters differ by %g\n", rank, diff);
     RANK_CHECK(diff <= 1e-10);
+    pg.barrier();
+    return 0;
+  });
+  CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
+}
+
+TEST_CASE("data parallel: an uneven last batch (3 rows and 1) summed over all rows equals one process",
+          "[dist][gloo]") {
+  const int n = 2, port = free_port();
+  const auto codes = run_ranks(n, [&](int rank) {
+    dist::Store store(rank_env(rank, n, port), quick_store());
+    dist::GlooGroup pg(store, {.timeout = 10s});
+    auto model = small_cnn(21), ref = small_cnn(21);
+    dist::DataParallel dp(model, pg, {.reduce = dist::ReduceOp::sum});
+    optim::SGD<double> opt(model.parameters(), {.lr = 0.1});
+    optim::SGD<double> ref_opt(ref.parameters(), {.lr = 0.1});
+    Rng data(5);
+    for (int step = 0; step < 2; ++step) {
+      const auto x = Tensor<double>::randn({4, 1, 8, 8}, data);
+      const auto y = Tensor<std::int32_t>::from_vector({1, 4, 0, 2}, {4});
+      const std::int64_t b = rank == 0 ? 0 : 3, e = rank == 0 ? 3 : 4;  // rank 0: 3 rows, rank 1: 1
+      const auto local = nn::cross_entropy(model(autograd::Var<double>(rows(x, b, e))), rows(y, b, e),
+                                           {.reduction = Reduction::sum});
+      dp.backward(autograd::scale(local, 1.0 / 4));  // the sum over my rows / all ranks' rows
+      opt.step();
+      opt.zero_grad();
+      nn::cross_entropy(ref(autograd::Var<double>(x.view())), y).backward();
+      ref_opt.step();
+      ref_opt.zero_grad();
+    }
+    RANK_CHECK(max_param_diff(model, ref) <= 1e-10);
     pg.barrier();
     return 0;
   });

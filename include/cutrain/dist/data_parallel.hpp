@@ -1,5 +1,6 @@
 // dist::DataParallel: the same module on every rank, each on its part of the batch; gradients
-// averaged over the ranks while backward still runs, as PyTorch's DistributedDataParallel.
+// averaged (or summed: DataParallelOptions::reduce) over the ranks while backward still runs, as
+// PyTorch's DistributedDataParallel.
 //
 //   dist::GlooGroup pg(store);
 //   dist::DataParallel dp(model, pg);         // rank 0's parameters and buffers on every rank
@@ -41,6 +42,10 @@ namespace cutrain::inline CUTRAIN_ABI::dist {
 struct DataParallelOptions {
   std::size_t bucket_cap_bytes = std::size_t{25} << 20;
   std::size_t first_bucket_cap_bytes = std::size_t{1} << 20;
+  // The ranks' gradients averaged (each rank's loss a mean over its own rows), or summed: for
+  // ranks with unequal rows (an uneven last batch), sum each rank's per-row losses, divide by
+  // the rows of all ranks together, and reduce with ReduceOp::sum.
+  ReduceOp reduce = ReduceOp::avg;
 };
 
 namespace detail {
@@ -59,7 +64,8 @@ class DataParallel {
  public:
   using T = typename detail::VarElem<typename decltype(std::declval<M&>().parameters())::value_type>::type;
 
-  DataParallel(M& module, ProcessGroup& pg, const DataParallelOptions& opts = {}) : module_(module), pg_(pg) {
+  DataParallel(M& module, ProcessGroup& pg, const DataParallelOptions& opts = {})
+      : module_(module), pg_(pg), reduce_(opts.reduce) {
     constexpr std::string_view op = "dist::DataParallel";
     for (auto& [name, v] : module.named_parameters()) {
       names_.push_back(name);
@@ -274,7 +280,7 @@ class DataParallel {
     }
     s.flat.slice(0, s.grad_numel, s.flat.numel()).assign(had);
     s.started = true;
-    s.work = pg_.all_reduce(s.flat, ReduceOp::avg);
+    s.work = pg_.all_reduce(s.flat, reduce_);
   }
 
   M& module_;
@@ -285,6 +291,7 @@ class DataParallel {
   std::vector<std::pair<std::size_t, std::size_t>> where_;  // parameter -> (bucket, index in it)
   std::vector<int> arrived_, expected_;
   std::vector<bool> late_;
+  ReduceOp reduce_;
   bool learned_ = false, sync_ = true;
   std::size_t next_ = 0, early_ = 0;
 };
