@@ -24,6 +24,8 @@
 // --export FILE.onnx writes the trained model as ONNX (deploy::export_onnx; tokens [1, context]
 // -> logits [context, vocab], f32) and beside it FILE_input.npy, one validation window, and
 // FILE_expected.npy, cutrain's f32 CPU logits for it, to check the file in another runtime.
+// Data-parallel: scripts/launch -n N char_gpt ... trains on N ranks, each sampling its own
+// --batch windows (dist::DataParallel on Gloo); rank 0 prints, exports and checkpoints.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,6 +48,10 @@
 #include "cutrain/cutrain.hpp"
 #include "cutrain/data/text.hpp"
 #include "cutrain/deploy/onnx_gpt.hpp"
+#include "cutrain/dist/data_parallel.hpp"
+#ifdef CUTRAIN_GLOO
+#include "cutrain/dist/gloo.hpp"
+#endif
 #include "cutrain/nn.hpp"
 #include "cutrain/optim/adamw.hpp"
 
@@ -277,6 +283,9 @@ void export_model(nn::GPT<float>& gpt, const data::CharCorpus& corpus, const Arg
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
   try {
+    const auto env = dist::Env::from_environment();
+    if (env.rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;  // rank 0 prints
+    if (args.cuda_graphs && env.world_size > 1) usage("--cuda-graphs with several ranks: Gloo's collectives cannot be captured");
     const Device dev = pick_device(args.device);
     fill_defaults(args, dev.is_cuda());
     const bool bf16 = args.precision == "bf16";
@@ -290,7 +299,9 @@ int main(int argc, char** argv) {
       (p.value().rank() == 2 && !name.starts_with("wte") && !name.starts_with("wpe") ? decay : no_decay).push_back(p);
     optim::AdamW<float> opt({{decay, 0.1}, {no_decay, 0.0}}, {.lr = 0, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8});
     const std::vector<Var<float>> params = gpt.parameters();
-    Rng sampler(args.seed);
+    // Each rank samples its own windows: rank r's sampler seed (rank 0's is --seed).
+    const auto rank_seed = [&](std::uint64_t seed) { return seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(env.rank); };
+    Rng sampler(rank_seed(args.seed));
 
     std::int64_t step = 0;
     std::vector<std::pair<std::int64_t, double>> evals;  // (step, val loss)
@@ -304,11 +315,23 @@ int main(int argc, char** argv) {
       nn::load_module(ck, "model", gpt);
       opt.load_state(ck, "optimizer");
       step = ck.get_int("step");
-      sampler.set_state(static_cast<std::uint64_t>(ck.get_int("sampler_seed")),
-                        static_cast<std::uint64_t>(ck.get_int("sampler_counter")));
+      sampler.set_state(rank_seed(static_cast<std::uint64_t>(ck.get_int("sampler_seed"))),
+                        static_cast<std::uint64_t>(ck.get_int("sampler_counter")));  // every rank drew as many
       std::cout << "char_gpt: resumed from " << args.checkpoint << " at step " << step << std::endl;
     }
-    std::cout << "char_gpt: device " << dev << ", " << corpus.name() << " (" << corpus.size() << " bytes, vocab "
+    std::unique_ptr<dist::Store> store;  // several ranks: rank 0's model everywhere, gradients averaged
+    std::unique_ptr<dist::ProcessGroup> group;
+    std::unique_ptr<dist::DataParallel<nn::GPT<float>>> dp;
+    if (env.world_size > 1) {
+#ifdef CUTRAIN_GLOO
+      store = std::make_unique<dist::Store>(env);
+      group = std::make_unique<dist::GlooGroup>(*store);
+      dp = std::make_unique<dist::DataParallel<nn::GPT<float>>>(gpt, *group);
+#else
+      usage("WORLD_SIZE > 1, but this char_gpt was built without Gloo (Debian's libgloo-dev)");
+#endif
+    }
+    std::cout << "char_gpt: " << env.world_size << " rank(s), device " << dev << ", " << corpus.name() << " (" << corpus.size() << " bytes, vocab "
               << corpus.vocab_size() << "), " << gpt.parameter_count() << " parameters (" << args.layers
               << " layers, " << args.heads << " heads, dim " << args.dim << ", context " << args.context << "), batch "
               << args.batch << ", " << args.steps << " steps, " << args.precision << std::endl;
@@ -334,6 +357,7 @@ int main(int argc, char** argv) {
       for (const auto& p : params) p.zero_grad();
       Var<float> loss = autograd::cross_entropy(logits(gpt, x_in, bf16), y_in);
       loss.backward();
+      if (dp) dp->finish();
       if (dev.is_cuda())
         (void)optim::clip_grad_norm_device(params, 1.0);
       else
@@ -382,7 +406,7 @@ int main(int argc, char** argv) {
       const double ms = seconds(t0, Clock::now()) * 1e3;
       step_ms.push_back(ms);
       train_s += ms / 1e3;
-      tokens += args.batch * args.context;
+      tokens += args.batch * args.context * env.world_size;
       if (tty && (step % 10 == 0 || step == args.steps)) {
         window_loss = 0;
         for (float l : losses.slice(0, 0, window_steps).to_vector()) window_loss += l;
@@ -404,12 +428,12 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         window_loss = 0;
         window_steps = 0;
-        if (!args.checkpoint.empty()) {
+        if (!args.checkpoint.empty() && env.rank == 0) {
           Checkpoint ck;
           nn::save_module(ck, "model", gpt);
           opt.save_state(ck, "optimizer");
           ck.put_int("step", step);
-          ck.put_int("sampler_seed", static_cast<std::int64_t>(sampler.seed()));
+          ck.put_int("sampler_seed", static_cast<std::int64_t>(sampler.seed()));  // rank 0: the base seed
           ck.put_int("sampler_counter", static_cast<std::int64_t>(sampler.counter()));
           for (const auto& [k, v] : run_shape(args)) ck.put_int(k, v);
           ck.put_string("precision", args.precision);
@@ -417,10 +441,13 @@ int main(int argc, char** argv) {
         }
         if (args.stop_after > 0 && step >= args.stop_after && step < args.steps) {
           std::printf("stopped at step %lld (--stop-after); continue with --resume\n", static_cast<long long>(step));
+          if (group) group->barrier();
           return 0;
         }
       }
     }
+    if (group) group->barrier();  // rank 0's store outlives the others' use of it
+    if (env.rank != 0) return 0;
     if (!args.export_path.empty()) export_model(gpt, corpus, args);
     Rng gen(args.seed + 1);
     std::printf("--- generated (temperature %.2f, top-k %lld) ---\n%s\n---\n", args.temperature,
@@ -432,7 +459,7 @@ int main(int argc, char** argv) {
     const double median = tail.empty() ? 0 : tail[tail.size() / 2];
     const double val = evals.empty() ? 0 : evals.back().second;
     std::printf("final val loss %.4f, bpc %.3f, median step %.2f ms, %.0f tokens/s\n", val, val / std::numbers::ln2,
-                median, median > 0 ? static_cast<double>(args.batch * args.context) / (median / 1e3) : 0.0);
+                median, median > 0 ? static_cast<double>(args.batch * args.context * env.world_size) / (median / 1e3) : 0.0);
     if (!args.out.empty()) {
       std::ofstream o(args.out);
       o << "{\"device\": \"" << dev << "\", \"precision\": \"" << args.precision << "\", \"steps\": " << args.steps
