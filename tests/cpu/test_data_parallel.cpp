@@ -17,6 +17,7 @@
 #include "cutrain/core/random.hpp"
 #include "cutrain/dist/data_parallel.hpp"
 #include "cutrain/dist/gloo.hpp"
+#include "cutrain/dist/sync_batch_norm.hpp"
 #include "cutrain/dist/zero.hpp"
 #include "cutrain/nn.hpp"
 #include "dist_ranks.hpp"
@@ -523,6 +524,57 @@ TEST_CASE("ZeRO-1: sharded AdamW and SGD equal the plain optimizers; checkpoints
     CHECK(codes == (std::vector<int>{0, 0}));
   }
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace cutrain_test_data_parallel
+
+namespace cutrain_test_data_parallel {
+
+TEST_CASE("SyncBatchNorm2d: 2 ranks normalize as one process over the whole batch (f64)", "[dist][gloo]") {
+  const int n = 2, port = free_port();
+  const auto codes = run_ranks(n, [&](int rank) {
+    dist::Store store(rank_env(rank, n, port), quick_store());
+    dist::GlooGroup pg(store, {.timeout = 10s});
+    const auto make = [&](auto bn) {
+      Rng init(31);
+      return nn::Sequential<double>{nn::Conv2d<double>({.in = 1, .out = 3, .kernel = 3, .padding = 1}, init),
+                                    std::move(bn),
+                                    nn::ReLU{},
+                                    nn::Flatten{},
+                                    nn::Linear<double>({.in = 3 * 6 * 6, .out = 4}, init)};
+    };
+    auto model = make(dist::SyncBatchNorm2d<double>({.features = 3}, pg));
+    auto ref = make(nn::BatchNorm2d<double>({.features = 3}));
+    dist::DataParallel dp(model, pg);
+    optim::SGD<double> opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::SGD<double> ref_opt(ref.parameters(), {.lr = 0.1, .momentum = 0.9});
+    Rng data(77);
+    for (int step = 0; step < 3; ++step) {
+      const auto x = Tensor<double>::randn({4, 1, 6, 6}, data, 2.0);
+      const auto y = Tensor<std::int32_t>::from_vector({0, 3, 1, 2}, {4});
+      dp.backward(nn::cross_entropy(model(autograd::Var<double>(rows(x, 2 * rank, 2 * rank + 2))),
+                                    rows(y, 2 * rank, 2 * rank + 2)));
+      opt.step();
+      opt.zero_grad();
+      nn::cross_entropy(ref(autograd::Var<double>(x.view())), y).backward();
+      ref_opt.step();
+      ref_opt.zero_grad();
+    }
+    double diff = max_param_diff(model, ref);
+    const auto sd = model.state_dict(), rsd = ref.state_dict();
+    for (const auto& name : {"1.running_mean", "1.running_var"}) {
+      const auto a = sd.at(name).to_vector(), b = rsd.at(name).to_vector();
+      for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
+    }
+    if (diff > 1e-10) std::fprintf(stderr, "rank %d: differs by %g\n", rank, diff);
+    RANK_CHECK(diff <= 1e-10);
+    model.eval();  // eval: the running statistics, no collective
+    const auto out = model(autograd::Var<double>(Tensor<double>::randn({1, 1, 6, 6}, data)));
+    RANK_CHECK(out.value().shape() == Shape({1, 4}));
+    pg.barrier();
+    return 0;
+  });
+  CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
 }
 
 }  // namespace cutrain_test_data_parallel
