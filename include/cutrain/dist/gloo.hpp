@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -147,6 +148,11 @@ class GlooGroup final : public ProcessGroup {
       ctx->setTimeout(opts.timeout);
       detail::GlooStore gs(store, opts.prefix);
       ctx->connectFullMesh(gs, device_);
+      // Each pair's address, so that a failure Gloo reports by the peer's address names its rank.
+      for (int q = 0; q < size_; ++q)
+        if (q != rank_) store.set(detail::cat(opts.prefix, "/addr/", rank_, "/", q), ctx->getPair(q)->address().str());
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_) peer_rank_[store.get(detail::cat(opts.prefix, "/addr/", r, "/", rank_))] = r;
       ctx_ = std::move(ctx);
     } catch (const DistError&) {
       throw;
@@ -328,9 +334,12 @@ class GlooGroup final : public ProcessGroup {
       } catch (const std::exception& e) {
         const std::string why = e.what();
         const bool timed_out = why.find("imed out") != std::string::npos;
+        std::string peer = "a peer";
+        for (const auto& [addr, r] : peer_rank_)
+          if (why.find(addr) != std::string::npos) peer = detail::cat("rank ", r, " (", addr, ")");
         const std::string reason =
             detail::cat(timed_out ? "timed out after " : "", timed_out ? std::to_string(timeout_.count()) : "",
-                        timed_out ? " ms: " : "", "a peer failed or left (", why, ")");
+                        timed_out ? " ms: " : "", peer, " failed or left (", why, ")");
         {
           std::lock_guard lock(m_);
           broken_ = detail::cat(t.op, ": ", reason);
@@ -346,6 +355,7 @@ class GlooGroup final : public ProcessGroup {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> ctx_;
+  std::map<std::string, int> peer_rank_;  // a peer pair's address -> its rank
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
