@@ -231,6 +231,7 @@ class GlooGroup final : public ProcessGroup {
   }
 
   Work reduce_scatter_impl(Buffer out, Buffer x, ReduceOp op, std::shared_ptr<void> keep) override {
+    check_not_captured(x);
     auto all = std::make_shared<std::vector<std::byte>>(x.bytes());  // x itself is left as it is
     if (x.numel) copy_bytes(all->data(), Device::cpu(), x.data, x.device, x.bytes());
     auto host = out.device.is_cpu() ? nullptr : std::make_shared<std::vector<std::byte>>(out.bytes());
@@ -264,7 +265,13 @@ class GlooGroup final : public ProcessGroup {
   using Host = std::shared_ptr<std::vector<std::byte>>;
 
   // A GPU buffer's host copy, made now on the calling thread (which waits for its stream).
+  static void check_not_captured(const Buffer& x) {
+    CUTRAIN_REQUIRE(x.device.is_cpu() || !cutrain::detail::device_capturing(), DistError, "dist::GlooGroup",
+                    "a collective on a GPU tensor cannot be captured in a CUDA graph: Gloo stages it through the "
+                    "host. Run the step eagerly, or use dist::NcclGroup");
+  }
   static Host stage_in(const Buffer& x) {
+    check_not_captured(x);
     if (x.device.is_cpu()) return nullptr;
     auto h = std::make_shared<std::vector<std::byte>>(x.bytes());
     if (x.numel) copy_bytes(h->data(), Device::cpu(), x.data, x.device, x.bytes());
