@@ -179,6 +179,45 @@ TEST_CASE("data parallel: 2 and 4 ranks train as one process on the whole batch 
   }
 }
 
+TEST_CASE("data parallel: batch norm with each rank's statistics equals the mean of the halves' losses (f64)",
+          "[dist][gloo]") {
+  const int n = 2, port = free_port();
+  const auto codes = run_ranks(n, [&](int rank) {
+    dist::Store store(rank_env(rank, n, port), quick_store());
+    dist::GlooGroup pg(store, {.timeout = 10s});
+    const auto make = [] {
+      Rng init(41);
+      return nn::Sequential<double>{nn::Conv2d<double>({.in = 1, .out = 3, .kernel = 3, .padding = 1}, init),
+                                    nn::BatchNorm2d<double>({.features = 3}), nn::ReLU{}, nn::Flatten{},
+                                    nn::Linear<double>({.in = 3 * 6 * 6, .out = 4}, init)};
+    };
+    auto model = make(), ref = make();
+    dist::DataParallel dp(model, pg);
+    optim::SGD<double> opt(model.parameters(), {.lr = 0.1});
+    optim::SGD<double> ref_opt(ref.parameters(), {.lr = 0.1});
+    Rng data(43);
+    for (int step = 0; step < 3; ++step) {
+      const auto x = Tensor<double>::randn({4, 1, 6, 6}, data, 2.0);
+      const auto y = Tensor<std::int32_t>::from_vector({0, 3, 1, 2}, {4});
+      dp.backward(nn::cross_entropy(model(autograd::Var<double>(rows(x, 2 * rank, 2 * rank + 2))),
+                                    rows(y, 2 * rank, 2 * rank + 2)));
+      opt.step();
+      opt.zero_grad();
+      // One process: each half through the model on its own (its own batch statistics), the mean loss.
+      const auto half = [&](std::int64_t b) {
+        return nn::cross_entropy(ref(autograd::Var<double>(rows(x, b, b + 2))), rows(y, b, b + 2));
+      };
+      autograd::scale(autograd::add(half(0), half(2)), 0.5).backward();
+      ref_opt.step();
+      ref_opt.zero_grad();
+    }
+    RANK_CHECK(max_param_diff(model, ref) <= 1e-10);
+    pg.barrier();
+    return 0;
+  });
+  CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
+}
+
 TEST_CASE("data parallel: a GPT with a tied weight, AdamW, and no_sync accumulation (f64, 2 ranks)",
           "[dist][gloo]") {
   const int n = 2, port = free_port();
