@@ -22,8 +22,10 @@
 
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -63,8 +65,11 @@ class Communicator {
  public:
   // Collective over the store's world: every rank calls it with its own device (LOCAL_RANK).
   // Rank 0 creates the unique id and sets it under `key`; the others get it (store's timeout).
-  Communicator(Store& store, int device, const std::string& key = "cutrain/nccl_id")
-      : rank_(store.env().rank), world_(store.env().world_size), device_(device) {
+  // The communicator is non-blocking (ncclConfig_t::blocking = 0): initialization and every
+  // enqueue are polled, and one that does not settle within `timeout` aborts it (TimeoutError).
+  Communicator(Store& store, int device, const std::string& key = "cutrain/nccl_id",
+               std::chrono::milliseconds timeout = std::chrono::seconds(300))
+      : rank_(store.env().rank), world_(store.env().world_size), device_(device), timeout_(timeout) {
     static constexpr const char* op = "dist::Communicator";
     CUTRAIN_REQUIRE(device >= 0 && device < cuda::device_count(), InvalidArgument, op, "device ", device,
                     " is not one of the ", cuda::device_count(), " CUDA devices (rank ", rank_, ")");
@@ -79,8 +84,12 @@ class Communicator {
       std::memcpy(id.internal, bytes.data(), sizeof id.internal);
     }
     cutrain::detail::DeviceGuard g(device_);
-    detail::nccl_check(ncclCommInitRank(&comm_, world_, id, rank_), op,
-                       cutrain::detail::cat("ncclCommInitRank (rank ", rank_, " of ", world_, ", device ", device_, ")"));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const std::string what = cutrain::detail::cat("ncclCommInitRankConfig (rank ", rank_, " of ", world_, ", device ",
+                                                  device_, ")");
+    detail::nccl_check(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config), op, what, comm_);
+    settle(op, what);
   }
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -98,6 +107,33 @@ class Communicator {
   }
   ~Communicator() { release(); }
 
+  // Waits until NCCL has finished the last call's enqueue (a non-blocking communicator's calls
+  // may return ncclInProgress); past the timeout it aborts the communicator.
+  void settle(std::string_view op, std::string_view what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      CUTRAIN_REQUIRE(comm_, DistError, op, "the communicator was aborted (rank ", rank_, ")");
+      ncclResult_t st = ncclSuccess;
+      detail::nccl_check(ncclCommGetAsyncError(comm_, &st), op, "ncclCommGetAsyncError", comm_);
+      if (st != ncclInProgress) {
+        if (st != ncclSuccess) {
+          const std::string last = ncclGetLastError(comm_);
+          abort();
+          throw NcclError(op, cutrain::detail::cat("rank ", rank_, ": ", what, " failed: ", ncclGetErrorString(st),
+                                                   last.empty() ? "" : " (", last, last.empty() ? "" : ")"));
+        }
+        return;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        abort();
+        throw TimeoutError(op, cutrain::detail::cat("rank ", rank_, ": ", what, " did not complete within ",
+                                                    timeout_.count(), " ms; the communicator was aborted"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
   int rank() const { return rank_; }
   int world_size() const { return world_; }
   int device() const { return device_; }
@@ -110,6 +146,7 @@ class Communicator {
     detail::nccl_check(ncclAllReduce(t.data(), t.data(), count(t), detail::nccl_dtype<T>(), detail::nccl_op(op), comm_,
                                      cuda::current_stream()),
                        "dist::all_reduce", "ncclAllReduce", comm_);
+    settle("dist::all_reduce", "ncclAllReduce");
   }
 
   // In place: t = root's t on every rank.
@@ -121,6 +158,7 @@ class Communicator {
     detail::nccl_check(ncclBroadcast(t.data(), t.data(), count(t), detail::nccl_dtype<T>(), root, comm_,
                                      cuda::current_stream()),
                        "dist::broadcast", "ncclBroadcast", comm_);
+    settle("dist::broadcast", "ncclBroadcast");
   }
 
   // out (world_size * in.numel() elements) = every rank's in, in rank order.
@@ -133,6 +171,7 @@ class Communicator {
     detail::nccl_check(ncclAllGather(in.data(), out.data(), count(in), detail::nccl_dtype<T>(), comm_,
                                      cuda::current_stream()),
                        "dist::all_gather", "ncclAllGather", comm_);
+    settle("dist::all_gather", "ncclAllGather");
   }
 
   // out = this rank's block (out.numel() elements) of the sum (or mean) of every rank's in.
@@ -145,6 +184,7 @@ class Communicator {
     detail::nccl_check(ncclReduceScatter(in.data(), out.data(), count(out), detail::nccl_dtype<T>(),
                                          detail::nccl_op(op), comm_, cuda::current_stream()),
                        "dist::reduce_scatter", "ncclReduceScatter", comm_);
+    settle("dist::reduce_scatter", "ncclReduceScatter");
   }
 
   // Throws NcclError (and aborts the communicator) when NCCL has failed asynchronously.
@@ -193,6 +233,7 @@ class Communicator {
   int rank_ = 0;
   int world_ = 1;
   int device_ = 0;
+  std::chrono::milliseconds timeout_{std::chrono::seconds(300)};
 };
 
 // dist::NcclGroup: a ProcessGroup on NCCL for GPU tensors on one device per rank. Collectives are
@@ -201,7 +242,9 @@ class Communicator {
 // runs on GPUs with NCCL; a CUDA graph can capture its collectives.
 class NcclGroup final : public ProcessGroup {
  public:
-  NcclGroup(Store& store, int device, const std::string& key = "cutrain/nccl_id") : comm_(store, device, key) {}
+  NcclGroup(Store& store, int device, const std::string& key = "cutrain/nccl_id",
+            std::chrono::milliseconds timeout = std::chrono::seconds(300))
+      : comm_(store, device, key, timeout) {}
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.world_size(); }
@@ -214,20 +257,20 @@ class NcclGroup final : public ProcessGroup {
     detail::nccl_check(ncclAllReduce(x.data, x.data, count(x), dtype(x), detail::nccl_op(op), comm_.get(),
                                      cuda::current_stream()),
                        "dist::NcclGroup::all_reduce", "ncclAllReduce", comm_.get());
-    return enqueued();
+    return enqueued("all_reduce");
   }
   Work broadcast_impl(Buffer x, int root, std::shared_ptr<void>) override {
     check(x, "broadcast");
     detail::nccl_check(ncclBroadcast(x.data, x.data, count(x), dtype(x), root, comm_.get(), cuda::current_stream()),
                        "dist::NcclGroup::broadcast", "ncclBroadcast", comm_.get());
-    return enqueued();
+    return enqueued("broadcast");
   }
   Work all_gather_impl(Buffer out, Buffer x, std::shared_ptr<void>) override {
     check(out, "all_gather");
     check(x, "all_gather");
     detail::nccl_check(ncclAllGather(x.data, out.data, count(x), dtype(x), comm_.get(), cuda::current_stream()),
                        "dist::NcclGroup::all_gather", "ncclAllGather", comm_.get());
-    return enqueued();
+    return enqueued("all_gather");
   }
   Work reduce_scatter_impl(Buffer out, Buffer x, ReduceOp op, std::shared_ptr<void>) override {
     check(out, "reduce_scatter");
@@ -235,14 +278,14 @@ class NcclGroup final : public ProcessGroup {
     detail::nccl_check(ncclReduceScatter(x.data, out.data, count(out), dtype(x), detail::nccl_op(op), comm_.get(),
                                          cuda::current_stream()),
                        "dist::NcclGroup::reduce_scatter", "ncclReduceScatter", comm_.get());
-    return enqueued();
+    return enqueued("reduce_scatter");
   }
   Work barrier_impl() override {  // an all-reduce of one float, waited for on the host
     CUTRAIN_REQUIRE(comm_.get(), DistError, "dist::NcclGroup::barrier", "the communicator was aborted");
     auto one = Tensor<float>::zeros({1}, {.device = Device::cuda(comm_.device())});
-    all_reduce_impl({.data = one.data(), .numel = 1, .dtype = DType::f32, .device = one.device()}, ReduceOp::sum, nullptr);
-    (void)one.to_vector();
-    return enqueued();
+    all_reduce_impl({.data = one.data(), .numel = 1, .dtype = DType::f32, .device = one.device()}, ReduceOp::sum, nullptr)
+        .wait();
+    return Work();
   }
 
  private:
@@ -262,9 +305,40 @@ class NcclGroup final : public ProcessGroup {
       default: return ncclFloat32;
     }
   }
-  Work enqueued() {
+  // The Work of the collective just enqueued: its wait() polls an event recorded after it on the
+  // stream, and NCCL's errors, and aborts the communicator past the timeout (a peer that hangs
+  // or died). Under CUDA graph capture there is nothing to wait for: wait() checks errors only.
+  Work enqueued(std::string_view op) {
+    comm_.settle(cutrain::detail::cat("dist::NcclGroup::", op), "the enqueue");
     auto st = std::make_shared<detail::WorkState>();
-    st->on_wait = [this] { comm_.check_async(); };
+    cudaEvent_t ev = nullptr;
+    if (!cutrain::detail::device_capturing()) {
+      cuda::check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "dist::NcclGroup", "cudaEventCreate");
+      cuda::check(cudaEventRecord(ev, cuda::current_stream()), "dist::NcclGroup", "cudaEventRecord");
+    }
+    st->on_wait = [this, ev, name = std::string(op)] {
+      struct Destroy {
+        cudaEvent_t e;
+        ~Destroy() {
+          if (e) cudaEventDestroy(e);
+        }
+      } destroy{ev};
+      const auto deadline = std::chrono::steady_clock::now() + comm_.timeout();
+      while (ev) {
+        const cudaError_t q = cudaEventQuery(ev);
+        if (q == cudaSuccess) break;
+        cuda::check(q == cudaErrorNotReady ? cudaSuccess : q, "dist::NcclGroup", "cudaEventQuery");
+        comm_.check_async();
+        if (std::chrono::steady_clock::now() > deadline) {
+          comm_.abort();
+          throw TimeoutError(cutrain::detail::cat("dist::NcclGroup::", name),
+                             cutrain::detail::cat("rank ", rank(), " of ", size(), ": timed out after ",
+                                                  comm_.timeout().count(), " ms; the communicator was aborted"));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      comm_.check_async();
+    };
     Work::finish(*st);
     return Work(st);
   }
