@@ -103,6 +103,15 @@ TEST_CASE("reduce: ties go to the first element, NaN wins max and min", "[reduce
   auto x = Tensor<double>::from_vector({1, 3, 3, 0, 0}, {5});
   require_indices(ops::argmax(x), {1});
   require_indices(ops::argmin(x), {3});
+  // last: the last of equal values, over one axis or several (row-major over the reduced axes).
+  require_indices(ops::argmax(x, {}, false, true), {2});
+  require_indices(ops::argmin(x, {}, false, true), {4});
+  auto t = Tensor<float>::from_vector({5, 1, 5, 2, 0, 2, 7, 7, 7, 0, 4, 0}, {2, 2, 3});
+  require_indices(ops::argmax(t, {2}, false, true), {2, 2, 2, 1});
+  require_indices(ops::argmin(t, {2}, true, true), {1, 1, 2, 2});
+  require_indices(ops::argmax(t, {1, 2}, false, true), {2, 2});  // 5s at 0 and 2; 7s at 0, 1, 2
+  require_indices(ops::argmax(t, {0, 2}, false, true), {5, 4});  // row-major over [2, 3]: 7s at 3-5; 4 at 4
+  CHECK(ops::argmax(t, {1}, false, true).shape() == Shape{2, 3});
   const double nan = std::numeric_limits<double>::quiet_NaN();
   auto y = Tensor<double>::from_vector({1, nan, 5, nan}, {4});
   auto m = ops::max_with_indices(y);

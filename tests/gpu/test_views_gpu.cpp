@@ -1,7 +1,8 @@
 // Views on cuda tensors (core/view.hpp) against the same views of the CPU reference, in f32,
 // bf16 and f16, from NCHW and NHWC inputs: the views stay on the device and share its storage,
 // contiguous() copies them on the device (bit for bit), and the backward of every view through
-// autograd (expand's through ops::sum_to) matches the CPU's in f64. sum_to itself over
+// autograd (expand's through ops::sum_to) matches the CPU's in f64; reversed views (negative
+// strides) in ops, and argmax/argmin of the last tie. sum_to itself over
 // strided inputs, long sums, more outputs than one grid holds, and a scalar target.
 #include "parity.hpp"
 
@@ -11,6 +12,10 @@
 
 #include "cutrain/autograd.hpp"
 #include "cutrain/core/view.hpp"
+#include "cutrain/ops/conv2d.hpp"
+#include "cutrain/ops/elementwise.hpp"
+#include "cutrain/ops/matmul.hpp"
+#include "cutrain/ops/reduce.hpp"
 #include "cutrain/ops/sum_to.hpp"
 
 namespace cutrain_test_views_gpu {  // one per file: the unity build compiles files together
@@ -56,6 +61,40 @@ void views_forward(std::uint64_t seed) {
     check_view("expand", x, ref, [](const auto& t) { return expand(unsqueeze(slice(t, 1, 0, 1), 0), {3, 2, 4, 4, 5}); });
     check_view("reshape", x, ref, [](const auto& t) { return reshape(transpose(t, 0, 1), {6, -1}); });
     check_view("view", x, ref, [](const auto& t) { return view(contiguous(t), {2, 3, 20}); });
+    check_view("flip", x, ref, [](const auto& t) { return flip(t, {1, 3}); });
+    check_view("slice step -2", x, ref, [](const auto& t) { return slice(t, 2, -1, 0, -2); });
+    check_view("flip of transpose", x, ref, [](const auto& t) { return flip(transpose(t, 0, 2), {0}); });
+  }
+}
+
+// Ops read reversed views (negative strides) as the CPU does: elementwise, a reduction, a matmul,
+// a convolution of horizontally flipped images (augmentation), and argmax / argmin of the last of
+// equal values.
+template <class T>
+void reversed_views_in_ops(std::uint64_t seed) {
+  Rng rng(seed);
+  auto [x, ref] = random_pair<T>({2, 3, 8, 8}, rng, Layout::nchw);
+  const auto fx = flip(x, {3});
+  const auto fr = flip(ref, {3});
+  check_close("add", ops::add(fx, x), ops::add(fr, ref));
+  check_close("sum", ops::sum(fx, {0, 3}), ops::sum(fr, {0, 3}));
+  auto [a, a_ref] = random_pair<T>({16, 24}, rng, Layout::row_major);
+  check_close("matmul", ops::matmul(flip(a, {0, 1}), transpose(a, 0, 1)),
+              ops::matmul(flip(a_ref, {0, 1}), transpose(a_ref, 0, 1)), 50 * tolerance<T>);
+  auto [w, w_ref] = random_pair<T>({4, 3, 3, 3}, rng, Layout::nchw);
+  const Conv2dParams cp = Conv2dParams::make(1, 1);
+  check_close("conv2d of flipped images", ops::conv2d_forward(fx, w, cp), ops::conv2d_forward(fr, w_ref, cp),
+              50 * tolerance<T>);
+  // Ties: small integers.
+  std::vector<float> v(2 * 3 * 40);
+  for (auto& e : v) e = static_cast<float>(rng.below(4));
+  const auto tf = Tensor<float>::from_vector(v, {2, 3, 40});
+  const auto t = cast<T>(tf).to(Device::cuda(0));
+  for (const Axes& axes : {Axes{2}, Axes{0, 2}, Axes{}}) {
+    CHECK(ops::argmax(t, axes, false, true).to(Device::cpu()).to_vector() ==
+          ops::argmax(tf, axes, false, true).to_vector());
+    CHECK(ops::argmin(t, axes, true, true).to(Device::cpu()).to_vector() ==
+          ops::argmin(tf, axes, true, true).to_vector());
   }
 }
 
@@ -94,6 +133,8 @@ void views_backward(std::uint64_t seed) {
     check_view_grad<T>("expand", rng, l, [](const auto& x) {
       return autograd::expand(autograd::unsqueeze(autograd::slice(x, 2, 0, 1), 0), {6, 2, 3, 7, 5});
     });
+    check_view_grad<T>("flip", rng, l, [](const auto& x) { return autograd::flip(x, {0, 3}); });
+    check_view_grad<T>("slice step -3", rng, l, [](const auto& x) { return autograd::slice(x, 2, -1, slice_end, -3); });
     check_view_grad<T>("chain", rng, l, [](const auto& x) {
       auto t = autograd::slice(autograd::permute(x, {0, 2, 3, 1}), 1, 0, slice_end, 3);  // [2, 2, 5, 3]
       return autograd::contiguous(autograd::expand(autograd::unsqueeze(t, 1), {2, 4, 2, 5, 3}));
@@ -133,6 +174,11 @@ void sum_to_parity(std::uint64_t seed) {
 TEST_CASE("gpu views: f32 views stay on the device, contiguous() matches the CPU bit for bit") { views_forward<float>(101); }
 TEST_CASE("gpu views: bf16 views stay on the device, contiguous() matches the CPU bit for bit") { views_forward<bfloat16>(102); }
 TEST_CASE("gpu views: f16 views stay on the device, contiguous() matches the CPU bit for bit") { views_forward<cutrain::half>(103); }
+
+TEST_CASE("gpu views: ops read reversed views (negative strides) as the CPU does, f32 and bf16") {
+  reversed_views_in_ops<float>(121);
+  reversed_views_in_ops<bfloat16>(122);
+}
 
 TEST_CASE("gpu views: f32 backward of every view matches the CPU") { views_backward<float>(111); }
 TEST_CASE("gpu views: bf16 backward of every view matches the CPU") { views_backward<bfloat16>(112); }

@@ -181,24 +181,38 @@ Tensor<T> contiguous(const Tensor<T>& t) {
   return t.contiguous();
 }
 
-// Elements start, start + step, ... below stop of dim `dim`, with Python's rules: negative start
-// and stop count from the end, and both are then clamped to [0, size] (an empty range gives a
-// size-0 dim). step must be positive. slice_end as stop means "to the end".
+// Elements start, start + step, ... of dim `dim` up to (not including) stop, with Python's rules:
+// negative start and stop count from the end. step > 0: both are then clamped to [0, size], and
+// slice_end as stop means "to the end". step < 0 walks backwards (a reversed view, no copy:
+// slice(t, d, -1, slice_end, -1) is t flipped along d): start and stop are clamped to
+// [-1, size - 1], and slice_end as stop means "past the first element". An empty range gives a
+// size-0 dim. step must not be 0.
 template <class T>
 Tensor<T> slice(const Tensor<T>& t, int dim, std::int64_t start, std::int64_t stop = slice_end, std::int64_t step = 1) {
   constexpr std::string_view op = "slice";
   detail::check_view_input(op, t);
   const int d = detail::wrap_dim(op, dim, t.rank(), t.shape());
-  CUTRAIN_REQUIRE(step > 0, InvalidArgument, op, "step must be positive, got ", step, " (dim ", d, " of ", t.describe(),
-                  ")");
+  CUTRAIN_REQUIRE(step != 0 && step != std::numeric_limits<std::int64_t>::min(), InvalidArgument, op,
+                  "step must be nonzero (and above -2^63), got ", step, " (dim ", d, " of ", t.describe(), ")");
   const std::int64_t n = t.dim(d);
-  const auto clamp = [n](std::int64_t i) {
-    if (i < 0) i = i < -n ? 0 : i + n;
-    return i > n ? n : i;
-  };
-  start = clamp(start);
-  stop = clamp(stop);
-  const std::int64_t count = stop > start ? (stop - start - 1) / step + 1 : 0;
+  std::int64_t count = 0;
+  if (step > 0) {
+    const auto clamp = [n](std::int64_t i) {
+      if (i < 0) i = i < -n ? 0 : i + n;
+      return i > n ? n : i;
+    };
+    start = clamp(start);
+    stop = clamp(stop);
+    count = stop > start ? (stop - start - 1) / step + 1 : 0;
+  } else {
+    const auto clamp = [n](std::int64_t i) {
+      if (i < 0) i = i < -n ? -1 : i + n;
+      return i > n - 1 ? n - 1 : i;
+    };
+    start = clamp(start);
+    stop = stop == slice_end ? -1 : clamp(stop);
+    count = start > stop ? (start - stop - 1) / -step + 1 : 0;
+  }
   Shape s = t.shape();
   Strides st = t.strides();
   const auto ud = static_cast<std::size_t>(d);
@@ -207,6 +221,14 @@ Tensor<T> slice(const Tensor<T>& t, int dim, std::int64_t start, std::int64_t st
   const std::int64_t offset = t.offset() + (s.numel() > 0 ? start * st[ud] : 0);
   st[ud] *= step;
   return t.as_strided(s, st, offset);
+}
+
+// t reversed along each of dims (a view with negative strides, no copy), as NumPy's flip.
+template <class T>
+Tensor<T> flip(const Tensor<T>& t, const std::vector<int>& dims) {
+  Tensor<T> out = t.view();
+  for (int d : dims) out = slice(out, d, -1, slice_end, -1);
+  return out;
 }
 
 // Every size-1 dim removed.

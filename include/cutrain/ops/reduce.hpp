@@ -143,12 +143,33 @@ template <class T>
 Tensor<T> min(const Tensor<T>& x, const Axes& axes = {}, bool keepdim = false) {
   return min_with_indices(x, axes, keepdim).values;
 }
+namespace detail {
+// The index of the last of equal maxima (minima): the first in x flipped along the reduced axes
+// (a row-major index i there is n_red - 1 - i here). The flipped copy and the index arithmetic
+// on the host cost a copy of x and a round trip: last is for the few calls that need it.
 template <class T>
-Tensor<std::int32_t> argmax(const Tensor<T>& x, const Axes& axes = {}, bool keepdim = false) {
+Tensor<std::int32_t> arg_last(std::string_view op, const Tensor<T>& x, const Axes& axes, bool keepdim, bool is_max) {
+  const ReducePlan p = reduce_plan(op, x, axes, keepdim);
+  std::vector<int> dims;
+  for (int d = 0; d < x.rank(); ++d)
+    if (p.reduced[static_cast<std::size_t>(d)]) dims.push_back(d);
+  const Tensor<T> flipped = flip(x, dims).contiguous(Layout::row_major);
+  auto idx = arg_reduce(op, flipped, p, is_max).indices.to_vector();
+  for (auto& i : idx) i = static_cast<std::int32_t>(p.n_red - 1 - i);
+  return Tensor<std::int32_t>::from_vector(idx, p.out_shape).to(x.device());
+}
+}  // namespace detail
+
+// Where the max (min) is; of equal values the first, or with last the last (NumPy's and
+// PyTorch's argmax take the first; ONNX's ArgMax has select_last_index).
+template <class T>
+Tensor<std::int32_t> argmax(const Tensor<T>& x, const Axes& axes = {}, bool keepdim = false, bool last = false) {
+  if (last) return detail::arg_last("argmax", x, axes, keepdim, true);
   return max_with_indices(x, axes, keepdim).indices;
 }
 template <class T>
-Tensor<std::int32_t> argmin(const Tensor<T>& x, const Axes& axes = {}, bool keepdim = false) {
+Tensor<std::int32_t> argmin(const Tensor<T>& x, const Axes& axes = {}, bool keepdim = false, bool last = false) {
+  if (last) return detail::arg_last("argmin", x, axes, keepdim, false);
   return min_with_indices(x, axes, keepdim).indices;
 }
 

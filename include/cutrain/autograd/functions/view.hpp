@@ -189,6 +189,14 @@ Var<T> slice(const Var<T>& x, int dim, std::int64_t start, std::int64_t stop = s
   return detail::record_view<T, SliceFn<T>>(x, std::move(y), v, d, start, stop, step);
 }
 
+// x reversed along each of dims (a view: reversed slices).
+template <class T>
+Var<T> flip(const Var<T>& x, const std::vector<int>& dims) {
+  Var<T> out = x;
+  for (int d : dims) out = slice(out, d, -1, slice_end, -1);
+  return out;
+}
+
 template <class T>
 Var<T> expand(const Var<T>& x, const Shape& shape) {
   const Tensor<T>& v = detail::value_of("expand", x);
