@@ -131,7 +131,7 @@ TEST_CASE("gradcheck: conv2d with padding 'same' (odd and even kernels, dilation
     }
 }
 
-TEST_CASE("nn::Conv2d with same_padding keeps the spatial size; refuses stride 2") {
+TEST_CASE("nn::Conv2d with same_padding keeps the spatial size; with stride s, ceil(size / s)") {
   nn::Conv2d<double> even({.in = 2, .out = 3, .kernel = 4, .dilation = 2, .same_padding = true, .seed = 1});
   CHECK(even.params().pad_top == 3);
   CHECK(even.params().pad_bottom == 3);
@@ -141,9 +141,23 @@ TEST_CASE("nn::Conv2d with same_padding keeps the spatial size; refuses stride 2
   Rng rng(3);
   auto x = autograd::parameter(random({2, 2, 5, 7}, rng));
   CHECK(m(x).value().shape() == Shape{2, 3, 5, 7});
+  // Stride 2 (TensorFlow's SAME, ONNX's SAME_UPPER / SAME_LOWER): out = ceil(in / 2); a 2x2 kernel
+  // on 5 rows needs 1 padding row, after (upper) or before (lower); on 7 columns, 1 too.
+  for (const SamePadding mode : {SamePadding::upper, SamePadding::lower}) {
+    nn::Conv2d<double> s2({.in = 2, .out = 3, .kernel = 2, .stride = 2, .same_padding = true, .same_mode = mode, .seed = 2});
+    const Conv2dParams p = s2.params_for(x.shape());
+    const int before = mode == SamePadding::upper ? 0 : 1;
+    CHECK((p.pad_top == before && p.pad_bottom == 1 - before && p.pad_left == before && p.pad_right == 1 - before));
+    const auto y = s2(x);
+    CHECK(y.value().shape() == Shape{2, 3, 3, 4});
+    require_close(y.value(), direct_conv(x.value(), s2.weight.value(), s2.bias.value(), p), 1e-12);
+  }
+  nn::Conv2d<double> s3({.in = 2, .out = 3, .kernel = 3, .stride = 3, .dilation = 2, .same_padding = true, .seed = 3});
+  CHECK(s3(x).value().shape() == Shape{2, 3, 2, 3});  // ceil(5 / 3), ceil(7 / 3)
+  CHECK(conv2d_same_padding(Shape{1, 1, 6, 6}, Shape{1, 1, 1, 1}, Conv2dParams::make(2, 0)).pad_bottom == 0);
   run_cases({
-      bad<InvalidArgument>("same with stride 2", "nn::Conv2d", {"padding 'same' needs stride 1", "stride 2x2"},
-                           [] { nn::Conv2d<double>({.in = 2, .out = 3, .kernel = 3, .stride = 2, .same_padding = true}); }),
+      bad<InvalidArgument>("params() of a same conv with stride 2", "nn::Conv2d::params", {"depends on the input", "params_for"},
+                           [] { (void)nn::Conv2d<double>({.in = 2, .out = 3, .kernel = 3, .stride = 2, .same_padding = true}).params(); }),
       bad<InvalidArgument>("same with padding", "nn::Conv2d", {"must be zero", "pad t1 b1"},
                            [] { nn::Conv2d<double>({.in = 2, .out = 3, .kernel = 3, .padding = 1, .same_padding = true}); }),
       bad<InvalidArgument>("same with stride 1x2", "conv2d_same_padding", {"needs stride 1", "stride 1x2"},
@@ -152,6 +166,8 @@ TEST_CASE("nn::Conv2d with same_padding keeps the spatial size; refuses stride 2
                            [] { conv2d_same_padding(0, 3); }),
       bad<InvalidArgument>("same from a 3-d w", "conv2d_same_padding", {"w must be 4-d", "[3,3,3]"},
                            [] { conv2d_same_padding(Shape{3, 3, 3}); }),
+      bad<InvalidArgument>("same from a 3-d x", "conv2d_same_padding", {"x must be 4-d"},
+                           [] { conv2d_same_padding(Shape{3, 3, 3}, Shape{1, 3, 1, 1}, {}); }),
   });
 }
 
@@ -328,3 +344,33 @@ TEST_CASE("conv_transpose2d: bad input") {
 }
 
 }  // namespace cutrain_test_conv_extra
+
+namespace cutrain_test_conv_extra_same_pool {
+using namespace cutrain;
+
+TEST_CASE("pooling with padding 'same': ceil(size / stride), padded taps never win, TF's average") {
+  // 5 x 7 input, 2x2 windows, stride 2: out 3 x 4, one padding row and column, after (upper).
+  std::vector<double> v(35);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) - 20;  // negatives: padding must not win
+  const auto x = autograd::Var<double>(Tensor<double>::from_vector(v, {1, 1, 5, 7}));
+  nn::MaxPool2d mp({.kernel = 2, .stride = 2, .same_padding = true});
+  const auto y = mp(x).value().view();
+  REQUIRE(y.shape() == Shape{1, 1, 3, 4});
+  CHECK(y(0, 0, 2, 3) == v[4 * 7 + 6]);  // the last window holds x[4][6] alone
+  CHECK(y(0, 0, 0, 0) == v[1 * 7 + 1]);
+  nn::AvgPool2d ap({.kernel = 2, .stride = 2, .count_include_pad = false, .same_padding = true});
+  const auto a = ap(x).value().view();
+  CHECK(a(0, 0, 2, 3) == v[4 * 7 + 6]);                          // an average over the one tap inside x
+  CHECK(a(0, 0, 2, 0) == (v[4 * 7 + 0] + v[4 * 7 + 1]) / 2);
+  // lower: the padding row/column before.
+  nn::MaxPool2d lower({.kernel = 2, .stride = 2, .same_padding = true, .same_mode = SamePadding::lower});
+  const auto p = lower.params_for(x.shape());
+  CHECK((p.pad_top == 1 && p.pad_bottom == 0 && p.pad_left == 1 && p.pad_right == 0));
+  CHECK(lower(x).value()(0, 0, 0, 0) == v[0]);
+  // 3x3 windows, stride 1: the spatial size stays.
+  CHECK(nn::MaxPool2d({.kernel = 3, .stride = 1, .same_padding = true})(x).value().shape() == Shape{1, 1, 5, 7});
+  CHECK_THROWS_WITH(pool2d_same_padding(Shape{1, 1, 5, 7}, Pool2dParams::max(2, 2, 1)),
+                    Catch::Contains("pool2d_same_padding") && Catch::Contains("must be zero"));
+}
+
+}  // namespace cutrain_test_conv_extra_same_pool

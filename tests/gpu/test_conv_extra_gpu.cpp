@@ -1,4 +1,4 @@
-// conv2d with padding 'same' and conv_transpose2d on the GPU against the CPU backend in f64, in
+// conv2d with padding 'same' (also strided, with the pools) and conv_transpose2d on the GPU against the CPU backend in f64, in
 // f32, bf16 and f16, NCHW and NHWC, on fresh random data: forward (with and without bias),
 // backward data, backward filter and bias gradient through ops::, the fused dgrad + bias graph
 // directly, and the autograd op end to end.
@@ -123,6 +123,44 @@ TEST_CASE("gpu conv2d padding 'same' matches the CPU backend, f32 / bf16 / f16, 
       run_same<cutrain::bfloat16>(c, l);
       run_same<cutrain::half>(c, l);
     }
+}
+
+// Padding 'same' with stride 2 (TensorFlow's SAME, ONNX's SAME_UPPER / SAME_LOWER): asymmetric
+// padding that depends on the input's size, through nn::Conv2d and the pools, forward and
+// backward through autograd, against the CPU in f64.
+template <class T>
+void run_same_strided(Layout layout) {
+  for (const SamePadding mode : {SamePadding::upper, SamePadding::lower}) {
+    const std::string tag = cutrain::detail::cat("same stride 2 ", mode == SamePadding::upper ? "upper " : "lower ",
+                                                 dtype_of<T>, " ", layout);
+    Rng rng(std::hash<std::string>{}(tag));
+    auto [x, xr] = random_pair<T>({2, 8, 13, 10}, rng, layout);
+    nn::Conv2d<double> conv_ref({.in = 8, .out = 16, .kernel = 4, .stride = 2, .same_padding = true, .same_mode = mode, .seed = 5});
+    nn::Conv2d<float> conv({.in = 8, .out = 16, .kernel = 4, .stride = 2, .same_padding = true, .same_mode = mode, .seed = 5});
+    conv.weight.value().copy_from(cast<float>(conv_ref.weight.value()));
+    conv.to(Device::cuda(0));
+    if (layout == Layout::nhwc) conv.to(Layout::nhwc);
+    nn::MaxPool2d mp({.kernel = 3, .stride = 2, .same_padding = true, .same_mode = mode});
+    nn::AvgPool2d ap({.kernel = 2, .stride = 2, .count_include_pad = false, .same_padding = true, .same_mode = mode});
+    autograd::Var<T> xv(x.view(), true);
+    autograd::Var<double> rv(xr.view(), true);
+    const auto y = ap(mp(conv.template operator()<T>(xv)));
+    const auto yr = ap(mp(conv_ref(rv)));
+    REQUIRE(y.shape() == yr.shape());
+    CHECK(yr.shape() == Shape{2, 16, 2, 2});  // 13 x 10 -> 7 x 5 -> 4 x 3 -> 2 x 2
+    check_close(tag + " forward", y.value(), yr.value(), 20 * tolerance<T>);
+    auto [dy, dyr] = random_pair<T>(y.shape(), rng, Layout::row_major);
+    y.backward(dy);
+    yr.backward(dyr);
+    check_close(tag + " dx", xv.grad(), rv.grad(), 20 * tolerance<T>);
+  }
+}
+
+TEST_CASE("gpu padding 'same' with stride 2 (conv, max and average pool) matches the CPU, upper and lower") {
+  for (Layout l : layouts) {
+    run_same_strided<float>(l);
+    run_same_strided<cutrain::bfloat16>(l);
+  }
 }
 
 TEST_CASE("gpu conv_transpose2d forward and backward match the CPU backend, f32 / bf16 / f16, NCHW / NHWC") {

@@ -18,6 +18,10 @@ namespace cutrain::inline CUTRAIN_ABI {
 // row_major: contiguous in logical order (for 4-d tensors the same as nchw).
 enum class Layout { row_major, nchw, nhwc, strided };
 
+// Padding 'same' with an odd total: the extra row/column after (upper: TensorFlow's SAME, ONNX's
+// SAME_UPPER) or before (lower: ONNX's SAME_LOWER). conv2d_same_padding, pool2d_same_padding.
+enum class SamePadding { upper, lower };
+
 inline std::string_view to_string(Layout l) {
   switch (l) {
     case Layout::row_major: return "row_major";

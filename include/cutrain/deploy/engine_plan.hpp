@@ -163,8 +163,8 @@ class PlanLowering {
     if (const auto* b = m.template get_if<nn::TransformerBlock<T>>(i)) return transformer(*b, x, n);
     if (m.template get_if<nn::ReLU>(i)) return activation({.kind = Activation::relu}, x, n);
     if (const auto* a = m.template get_if<nn::Activation>(i)) return activation(a->params, x, n);
-    if (const auto* mp = m.template get_if<nn::MaxPool2d>(i)) return pool(mp->params, x, n);
-    if (const auto* ap = m.template get_if<nn::AvgPool2d>(i)) return pool(ap->params, x, n);
+    if (const auto* mp = m.template get_if<nn::MaxPool2d>(i)) return pool(mp->params_for(shape(x)), x, n);
+    if (const auto* ap = m.template get_if<nn::AvgPool2d>(i)) return pool(ap->params_for(shape(x)), x, n);
     if (m.template get_if<nn::AdaptiveAvgPool2d>(i)) {
       require_rank(x, 4, "AdaptiveAvgPool2d", n);
       return push({.kind = StepKind::global_avg_pool, .in = x, .module = n}, Shape{shape(x)[0], shape(x)[1], 1, 1});
@@ -195,11 +195,11 @@ class PlanLowering {
     require_rank(x, 4, "Conv2d", n);
     Shape y;
     try {
-      y = conv2d_output_shape(shape(x), c.weight.shape(), c.params(), "Conv2d");
+      y = conv2d_output_shape(shape(x), c.weight.shape(), c.params_for(shape(x)), "Conv2d");
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(std::string(compile_op), cutrain::detail::cat("module ", n, ": ", e.what()));
     }
-    Step<T> s{.kind = StepKind::conv, .in = x, .conv = c.params(), .w = host_copy(c.weight.value()), .module = n};
+    Step<T> s{.kind = StepKind::conv, .in = x, .conv = c.params_for(shape(x)), .w = host_copy(c.weight.value()), .module = n};
     if (c.bias.defined()) s.b = host_copy(c.bias.value());
     return push(std::move(s), y);
   }

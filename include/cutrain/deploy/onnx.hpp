@@ -81,8 +81,8 @@ class Lowering {
     }
     if (m.template get_if<nn::ReLU>(i)) return {g_.node("Relu", {x.name}), x.shape};
     if (const auto* a = m.template get_if<nn::Activation>(i)) return activation(a->params, x, i);
-    if (const auto* mp = m.template get_if<nn::MaxPool2d>(i)) return pool(mp->params, x, i);
-    if (const auto* ap = m.template get_if<nn::AvgPool2d>(i)) return pool(ap->params, x, i);
+    if (const auto* mp = m.template get_if<nn::MaxPool2d>(i)) return pool(mp->params_for(x.shape), x, i);
+    if (const auto* ap = m.template get_if<nn::AvgPool2d>(i)) return pool(ap->params_for(x.shape), x, i);
     if (m.template get_if<nn::AdaptiveAvgPool2d>(i)) {
       require_rank(x, 4, "AdaptiveAvgPool2d", i);
       return {g_.node("GlobalAveragePool", {x.name}), Shape{x.shape[0], x.shape[1], 1, 1}};
@@ -122,7 +122,7 @@ class Lowering {
   Value conv(const nn::Conv2d<T>& c, const Value& x, const std::string& p, std::size_t i) {
     require_rank(x, 4, "Conv2d", i);
     const Shape& ws = c.weight.shape();
-    const Conv2dParams& cp = c.params();
+    const Conv2dParams cp = c.params_for(x.shape);
     const Shape y = conv2d_output_shape(x.shape, ws, cp, export_op);
     std::vector<std::string> in{x.name, g_.initializer(p + ".weight", ws, floats_of(c.weight.value()))};
     if (c.bias.defined()) in.push_back(g_.initializer(p + ".bias", c.bias.shape(), floats_of(c.bias.value())));

@@ -14,7 +14,11 @@ namespace cutrain::inline CUTRAIN_ABI::nn {
 struct Conv2dOptions {
   std::int64_t in = 0, out = 0;
   int kernel = 3, stride = 1, padding = 0, dilation = 1, groups = 1;
-  bool same_padding = false;  // padding 'same' (needs stride 1 and padding 0): see conv2d_same_padding
+  // Padding 'same' (padding must be 0): the output is ceil(input / stride); with stride > 1 the
+  // padding depends on the input's size, worked out per call (conv2d_same_padding(x, w, ...)),
+  // the odd pixel after (SamePadding::upper, TensorFlow's and ONNX's SAME_UPPER) or before.
+  bool same_padding = false;
+  SamePadding same_mode = SamePadding::upper;
   bool bias = true;
   Init init = Init::kaiming_uniform;
   std::uint64_t seed = 0;
@@ -28,12 +32,13 @@ class Conv2d : public Module<Conv2d<T>, T> {
 
   template <RunsIn<T> X>
   Var<X> operator()(const Var<X>& x) const {
-    return autograd::conv2d(x, autograd::cast<X>(weight), autograd::cast<X>(bias), params_);
+    return autograd::conv2d(x, autograd::cast<X>(weight), autograd::cast<X>(bias), params_for(x.shape()));
   }
   // act(conv(x) + b) as one op; what Sequential calls for Conv2d followed by ReLU.
   template <RunsIn<T> X>
   Var<X> forward_fused(const Var<X>& x, const ActivationParams& act) const {
-    return autograd::conv2d_bias_activation(x, autograd::cast<X>(weight), autograd::cast<X>(bias), act, params_);
+    return autograd::conv2d_bias_activation(x, autograd::cast<X>(weight), autograd::cast<X>(bias), act,
+                                            params_for(x.shape()));
   }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
@@ -41,7 +46,17 @@ class Conv2d : public Module<Conv2d<T>, T> {
     if (bias.defined()) f(join_name(prefix, "bias"), bias);
   }
   const Conv2dOptions& options() const { return opts_; }
-  const Conv2dParams& params() const { return params_; }
+  // The convolution's parameters; for padding 'same' with a stride > 1 they depend on the input:
+  // params_for(x's shape).
+  const Conv2dParams& params() const {
+    CUTRAIN_REQUIRE(!per_input(), InvalidArgument, "nn::Conv2d::params",
+                    "padding 'same' with stride ", opts_.stride, " depends on the input's size: use params_for(x)");
+    return params_;
+  }
+  Conv2dParams params_for(const Shape& x) const {
+    if (!per_input()) return params_;
+    return conv2d_same_padding(x, weight.shape(), params_, opts_.same_mode, "nn::Conv2d");
+  }
 
   Var<T> weight, bias;  // bias undefined without .bias
 
@@ -63,9 +78,13 @@ class Conv2d : public Module<Conv2d<T>, T> {
     weight = autograd::parameter(init::make<T>(ws, o.init, o.in / o.groups * k2, o.out / o.groups * k2, r));
     if (o.bias) bias = autograd::parameter(Tensor<T>::zeros(Shape{o.out}));
   }
+  bool per_input() const { return opts_.same_padding && (opts_.stride > 1 || opts_.same_mode == SamePadding::lower); }
   static Conv2dParams make_params(const Conv2dOptions& o) {
     const Conv2dParams p = Conv2dParams::make(o.stride, o.padding, o.dilation, o.groups);
-    return o.same_padding ? conv2d_same_padding(o.kernel, o.kernel, p, "nn::Conv2d") : p;
+    if (!o.same_padding) return p;
+    CUTRAIN_REQUIRE(o.padding == 0, InvalidArgument, "nn::Conv2d",
+                    "padding 'same' replaces the padding, which must be zero here, got ", p);
+    return o.stride > 1 || o.same_mode == SamePadding::lower ? p : conv2d_same_padding(o.kernel, o.kernel, p, "nn::Conv2d");
   }
   Conv2dOptions opts_;
   Conv2dParams params_;

@@ -37,27 +37,43 @@ struct Pool2dOptions {
   bool count_include_pad = true;  // AvgPool2d only
   bool ceil_mode = false;
   int dilation = 1;  // spacing of a window's taps (docs/ops/pooling.md)
+  // Padding 'same' (padding must be 0): the output is ceil(input / stride), the padding worked out
+  // per input (pool2d_same_padding); params_for(x) gives it.
+  bool same_padding = false;
+  SamePadding same_mode = SamePadding::upper;
 };
 
 struct MaxPool2d {
   Pool2dParams params;
+  bool same_padding = false;
+  SamePadding same_mode = SamePadding::upper;
   explicit MaxPool2d(const Pool2dOptions& o = {})
-      : params(Pool2dParams::max(o.kernel, o.stride, o.padding, o.dilation)) {
+      : params(Pool2dParams::max(o.kernel, o.stride, o.padding, o.dilation)), same_padding(o.same_padding),
+        same_mode(o.same_mode) {
     params.ceil_mode = o.ceil_mode;
   }
+  Pool2dParams params_for(const Shape& x) const {
+    return same_padding ? pool2d_same_padding(x, params, same_mode, "nn::MaxPool2d") : params;
+  }
   template <class T>
-  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::pool2d(x, params); }
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::pool2d(x, params_for(x.shape())); }
 };
 
 struct AvgPool2d {
   Pool2dParams params;
+  bool same_padding = false;
+  SamePadding same_mode = SamePadding::upper;
   explicit AvgPool2d(const Pool2dOptions& o = {})
-      : params(Pool2dParams::average(o.kernel, o.stride, o.padding, o.count_include_pad)) {
+      : params(Pool2dParams::average(o.kernel, o.stride, o.padding, o.count_include_pad)), same_padding(o.same_padding),
+        same_mode(o.same_mode) {
     params.ceil_mode = o.ceil_mode;
     params.dilation_h = params.dilation_w = o.dilation;
   }
+  Pool2dParams params_for(const Shape& x) const {
+    return same_padding ? pool2d_same_padding(x, params, same_mode, "nn::AvgPool2d") : params;
+  }
   template <class T>
-  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::pool2d(x, params); }
+  autograd::Var<T> operator()(const autograd::Var<T>& x) const { return autograd::pool2d(x, params_for(x.shape())); }
 };
 
 // Output size 1 only: [N,C,H,W] -> [N,C,1,1].

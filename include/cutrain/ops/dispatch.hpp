@@ -122,8 +122,23 @@ Device common_device([[maybe_unused]] std::string_view op, const Tensor<T>& firs
   return first.device();
 }
 
+// Whether t is a view with a negative stride (reversed: slice with a negative step, flip).
+template <class T>
+bool reversed(const Tensor<T>& t) {
+  if (!t.defined()) return false;
+  for (auto s : t.strides())
+    if (s < 0) return true;
+  return false;
+}
+// t, or for a reversed view a row-major copy: the backends (cuDNN, cuBLAS, oneDNN, the kernels)
+// take non-negative strides.
+template <class T>
+Tensor<T> unreversed(const Tensor<T>& t) {
+  return reversed(t) ? t.contiguous(Layout::row_major) : t.view();
+}
+
 // Runs cpu(tensors...) or gpu(tensors...) by the tensors' device (timed by core/profile.hpp while a
-// profiling session records), or throws: DeviceError for
+// profiling session records; reversed views passed as row-major copies), or throws: DeviceError for
 // tensors on different devices or for CUDA tensors without the CUDA backend, NotImplemented for
 // an element type the backend does not compute in (Dtypes; void means FloatDtypes of the first
 // tensor's type).
@@ -131,6 +146,8 @@ template <class R, class Dtypes = void, class Cpu, class Gpu, class T, class... 
 R dispatch(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu&& gpu, const Tensor<T>& first,
            const Rest&... rest) {
   using D = std::conditional_t<std::is_void_v<Dtypes>, FloatDtypes<T>, Dtypes>;
+  if ((reversed(first) || ... || reversed(rest)))  // once more with copies in place of reversed views
+    return dispatch<R, Dtypes>(op, std::forward<Cpu>(cpu), std::forward<Gpu>(gpu), unreversed(first), unreversed(rest)...);
   const Device dev = common_device(op, first, rest...);
   [[maybe_unused]] const profile::OpScope timed(op, dev);  // while a profile::Session records
   if (dev.is_cpu()) {

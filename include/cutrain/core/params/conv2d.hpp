@@ -4,6 +4,7 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <ostream>
@@ -106,6 +107,37 @@ inline Conv2dParams conv2d_same_padding(int kernel_h, int kernel_w, Conv2dParams
                   kernel_h, "x", kernel_w, " kernel with ", p, " is above 2^31-1");
   p.pad_top = static_cast<int>(th / 2), p.pad_bottom = static_cast<int>(th - th / 2);
   p.pad_left = static_cast<int>(tw / 2), p.pad_right = static_cast<int>(tw - tw / 2);
+  return p;
+}
+
+// Padding 'same' with any stride (TensorFlow's SAME, ONNX's auto_pad SAME_UPPER / SAME_LOWER):
+// the output is ceil(input / stride) per spatial dimension, and the padding that takes, total =
+// max((out - 1) * stride + dilation * (k - 1) + 1 - in, 0), goes half before and half after, the
+// odd one after (upper) or before (lower). It depends on the input's size: x [N, C, H, W], w [K,
+// C/groups, R, S]. With stride 1 and upper it is conv2d_same_padding(w) above.
+
+inline Conv2dParams conv2d_same_padding(const Shape& x, const Shape& w, Conv2dParams p, SamePadding mode = SamePadding::upper,
+                                        std::string_view op = "conv2d_same_padding") {
+  detail::conv2d_check_dims(op, x, "x");
+  detail::conv2d_check_dims(op, w, "w");
+  CUTRAIN_REQUIRE(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1, InvalidArgument, op,
+                  "stride and dilation must be >= 1, got ", p);
+  CUTRAIN_REQUIRE(p.pad_top == 0 && p.pad_bottom == 0 && p.pad_left == 0 && p.pad_right == 0, InvalidArgument, op,
+                  "padding 'same' replaces the padding, which must be zero here, got ", p);
+  CUTRAIN_REQUIRE(w[2] <= detail::conv_max_dim && w[3] <= detail::conv_max_dim && x[2] <= detail::conv_max_dim &&
+                      x[3] <= detail::conv_max_dim,
+                  InvalidArgument, op, "x ", x, " and w ", w, " need spatial sizes below 2^31");
+  const auto split = [&](std::int64_t in, std::int64_t k, int stride, int dilation, int& before, int& after) {
+    const std::int64_t out = (in + stride - 1) / stride;
+    const std::int64_t total = std::max<std::int64_t>((out - 1) * stride + std::int64_t{dilation} * (k - 1) + 1 - in, 0);
+    CUTRAIN_REQUIRE(total <= detail::conv_max_dim, InvalidArgument, op, "padding 'same' of x ", x, " and w ", w,
+                    " with ", p, " is above 2^31-1");
+    const std::int64_t small = total / 2, big = total - small;
+    before = static_cast<int>(mode == SamePadding::upper ? small : big);
+    after = static_cast<int>(mode == SamePadding::upper ? big : small);
+  };
+  split(x[2], w[2], p.stride_h, p.dilation_h, p.pad_top, p.pad_bottom);
+  split(x[3], w[3], p.stride_w, p.dilation_w, p.pad_left, p.pad_right);
   return p;
 }
 

@@ -5,6 +5,7 @@
 
 #include "cutrain/core/abi.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <ostream>
@@ -105,6 +106,34 @@ inline std::int64_t pool_empty_window(std::int64_t in, std::int64_t out, std::in
   return -1;
 }
 }  // namespace detail
+
+// p with padding 'same' for input x [N, C, H, W] (TensorFlow's SAME, ONNX's auto_pad): the output
+// is ceil(in / stride) per spatial dimension, the padding total = max((out - 1) * stride +
+// dilation * (kernel - 1) + 1 - in, 0), split as conv2d_same_padding splits it. p's padding must
+// be zero (it is replaced); its stride 0 means the kernel size, as elsewhere. Padded taps never
+// win a max; an average divides by the taps inside x when count_include_pad is false (TF's rule).
+inline Pool2dParams pool2d_same_padding(const Shape& x, Pool2dParams p, SamePadding mode = SamePadding::upper,
+                                        std::string_view op = "pool2d_same_padding") {
+  CUTRAIN_REQUIRE(x.rank() == 4 && x[2] > 0 && x[3] > 0, InvalidArgument, op, "input must be 4-d [N,C,H,W], got shape ", x);
+  CUTRAIN_REQUIRE(p.kernel_h >= 1 && p.kernel_w >= 1 && p.stride_h >= 0 && p.stride_w >= 0 && p.dilation_h >= 1 &&
+                      p.dilation_w >= 1,
+                  InvalidArgument, op, "need a kernel of at least 1x1, stride >= 0 and dilation >= 1, got ", p);
+  CUTRAIN_REQUIRE(p.pad_top == 0 && p.pad_bottom == 0 && p.pad_left == 0 && p.pad_right == 0, InvalidArgument, op,
+                  "padding 'same' replaces the padding, which must be zero here, got ", p);
+  const auto split = [&](std::int64_t in, int kernel, int stride, int dilation, int& before, int& after) {
+    const std::int64_t s = stride > 0 ? stride : kernel;
+    const std::int64_t out = (in + s - 1) / s;
+    const std::int64_t total = std::max<std::int64_t>((out - 1) * s + std::int64_t{dilation} * (kernel - 1) + 1 - in, 0);
+    CUTRAIN_REQUIRE(total <= std::numeric_limits<int>::max(), InvalidArgument, op, "padding 'same' of x ", x, " with ",
+                    p, " is above 2^31-1");
+    const std::int64_t small = total / 2, big = total - small;
+    before = static_cast<int>(mode == SamePadding::upper ? small : big);
+    after = static_cast<int>(mode == SamePadding::upper ? big : small);
+  };
+  split(x[2], p.kernel_h, p.stride_h, p.dilation_h, p.pad_top, p.pad_bottom);
+  split(x[3], p.kernel_w, p.stride_w, p.dilation_w, p.pad_left, p.pad_right);
+  return p;
+}
 
 // Validates x's shape and the parameters; returns [N, C, OH, OW]. `op` names the caller in errors.
 inline Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p, std::string_view op = "pool2d_output_shape") {
