@@ -78,6 +78,20 @@ TEST_CASE("deploy engine: the reference CNN folds, fuses and matches the model (
   CHECK(max_diff(nhwc(x), reference(net, x)) < 1e-10);
 }
 
+TEST_CASE("deploy engine: padding 'same' with stride 2 (conv, pools) matches the model (f64)", "[deploy]") {
+  Rng rng(37);
+  nn::Sequential<double> net{nn::Conv2d<double>({.in = 2, .out = 4, .kernel = 3, .stride = 2, .same_padding = true}, rng),
+                             nn::ReLU{},
+                             nn::MaxPool2d({.kernel = 2, .stride = 2, .same_padding = true, .same_mode = SamePadding::lower}),
+                             nn::AvgPool2d({.kernel = 3, .stride = 2, .count_include_pad = false, .same_padding = true}),
+                             nn::Flatten{},
+                             nn::Linear<double>({.in = 4 * 2 * 2, .out = 3}, rng)};
+  randomize(net, rng);
+  const auto engine = deploy::compile<double>(net, Shape{2, 2, 13, 11});  // 13x11 -> 7x6 -> 4x3 -> 2x2
+  auto x = Tensor<double>::uniform(Shape{2, 2, 13, 11}, rng, -1, 1);
+  CHECK(max_diff(engine(x), reference(net, x)) < 1e-10);
+}
+
 TEST_CASE("deploy engine: residual blocks fuse their add and relu into the last conv (f64)", "[deploy]") {
   Rng rng(32);
   auto net = small_resnet(rng);
