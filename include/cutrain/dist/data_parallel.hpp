@@ -133,7 +133,8 @@ class DataParallel {
   // Starts the buckets not yet started, waits for all, and writes each parameter's averaged
   // gradient into its grad(). Inside no_sync() it only ends the backward (gradients stay local).
   void finish() {
-    CUTRAIN_REQUIRE(!cutrain::detail::device_capturing(), DistError, "dist::DataParallel::finish",
+    CUTRAIN_REQUIRE(params_[0].device().is_cpu() || !cutrain::detail::device_capturing(), DistError,
+                    "dist::DataParallel::finish",
                     "a DataParallel step cannot be captured in a CUDA graph yet (finish() reads which parameters "
                     "had gradients on the host): run the step eagerly");
     if (!sync_) {
