@@ -142,12 +142,10 @@ Tensor<T> unreversed(const Tensor<T>& t) {
 // tensors on different devices or for CUDA tensors without the CUDA backend, NotImplemented for
 // an element type the backend does not compute in (Dtypes; void means FloatDtypes of the first
 // tensor's type).
-template <class R, class Dtypes = void, class Cpu, class Gpu, class T, class... Rest>
-R dispatch(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu&& gpu, const Tensor<T>& first,
-           const Rest&... rest) {
+template <class R, class Dtypes, class Cpu, class Gpu, class T, class... Rest>
+R dispatch_to(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu&& gpu, const Tensor<T>& first,
+              const Rest&... rest) {
   using D = std::conditional_t<std::is_void_v<Dtypes>, FloatDtypes<T>, Dtypes>;
-  if ((reversed(first) || ... || reversed(rest)))  // once more with copies in place of reversed views
-    return dispatch<R, Dtypes>(op, std::forward<Cpu>(cpu), std::forward<Gpu>(gpu), unreversed(first), unreversed(rest)...);
   const Device dev = common_device(op, first, rest...);
   [[maybe_unused]] const profile::OpScope timed(op, dev);  // while a profile::Session records
   if (dev.is_cpu()) {
@@ -171,6 +169,14 @@ R dispatch(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu
   } else {
     D::gpu_unsupported(op, first);
   }
+}
+
+template <class R, class Dtypes = void, class Cpu, class Gpu, class T, class... Rest>
+R dispatch(std::string_view op, Cpu&& cpu, Gpu&& gpu, const Tensor<T>& first, const Rest&... rest) {
+  if ((reversed(first) || ... || reversed(rest)))
+    return dispatch_to<R, Dtypes>(op, std::forward<Cpu>(cpu), std::forward<Gpu>(gpu), unreversed(first),
+                                  unreversed(rest)...);
+  return dispatch_to<R, Dtypes>(op, std::forward<Cpu>(cpu), std::forward<Gpu>(gpu), first, rest...);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::ops::detail
