@@ -64,10 +64,10 @@ template <class T>
 class SyncBatchNorm2d : public nn::Module<SyncBatchNorm2d<T>, T> {
  public:
   SyncBatchNorm2d(const nn::BatchNormOptions& o, ProcessGroup& pg)
-      : opts_(checked(o)),
-        pg_(&pg),
-        running_mean(Tensor<T>::zeros(Shape{o.features})),
-        running_var(Tensor<T>::full(Shape{o.features}, T(1))) {
+      : running_mean(Tensor<T>::zeros(Shape{checked(o).features})),  // checked first: the error names this module
+        running_var(Tensor<T>::full(Shape{o.features}, T(1))),
+        opts_(o),
+        pg_(&pg) {
     weight = autograd::parameter(Tensor<T>::full(Shape{o.features}, T(1)));
     bias = autograd::parameter(Tensor<T>::zeros(Shape{o.features}));
   }
