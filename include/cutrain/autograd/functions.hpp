@@ -13,6 +13,7 @@
 #include "cutrain/autograd/functions/conv_pool.hpp"
 #include "cutrain/autograd/functions/conv_transpose.hpp"
 #include "cutrain/autograd/functions/elementwise.hpp"
+#include "cutrain/autograd/functions/fused_linear.hpp"
 #include "cutrain/autograd/functions/fusion.hpp"
 #include "cutrain/autograd/functions/linear_cross_entropy.hpp"
 #include "cutrain/autograd/functions/linear_loss.hpp"

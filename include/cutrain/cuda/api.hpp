@@ -124,6 +124,14 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
 template <GpuFloat T>
 void linear_backward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& dy, bool has_bias, Tensor<T>& dx,
                      Tensor<T>& dw, Tensor<T>& db, std::string_view op = "linear_backward");
+// linear.hpp: y = gelu_tanh(z), z = x w^T + bias, from one matmul; false where none runs it.
+template <GpuFloat T>
+[[nodiscard]] bool linear_gelu_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, Tensor<T>& y,
+                                       Tensor<T>& z, std::string_view op = "linear_gelu_forward");
+// linear.hpp: dz = gelu_tanh'(z) * (dy w) from one matmul; false where none runs it.
+template <GpuFloat T>
+[[nodiscard]] bool linear_dgrad_gelu(const Tensor<T>& w, const Tensor<T>& dy, const Tensor<T>& z, Tensor<T>& dz,
+                                     std::string_view op = "linear_dgrad_gelu");
 // matmul.hpp: y = alpha a b + beta c, batched and broadcast.
 template <GpuFloat T>
 void matmul_into(const Tensor<T>& a_in, const Tensor<T>& b_in, const Tensor<T>& c_in, float alpha, float beta,

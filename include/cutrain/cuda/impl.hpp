@@ -67,6 +67,10 @@ namespace cutrain::inline CUTRAIN_ABI::cuda {
                                           std::string_view, const Tensor<T>*);                                          \
   template void cublas::linear_backward<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, bool, Tensor<T>&,      \
                                            Tensor<T>&, Tensor<T>&, std::string_view);                                   \
+  template bool cublas::linear_gelu_forward<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, Tensor<T>&,        \
+                                               Tensor<T>&, std::string_view);                                           \
+  template bool cublas::linear_dgrad_gelu<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, Tensor<T>&,          \
+                                             std::string_view);                                                         \
   template void cublas::matmul_into<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, float, float, Tensor<T>&,  \
                                        std::string_view);                                                               \
   template LinearCrossEntropyResult<T> kernels::linear_cross_entropy<T>(                                                \

@@ -52,21 +52,19 @@ class MultiheadAttention : public Module<MultiheadAttention<T>, T> {
   // x [B, S, C] -> [B, S, C].
   template <RunsIn<T> X>
   Var<X> operator()(const Var<X>& x) const {
-    CUTRAIN_REQUIRE(x.defined() && x.value().rank() == 3 && x.value().dim(2) == opts_.dim, InvalidArgument,
-                    "nn::MultiheadAttention", "x must be [B, S, ", opts_.dim, "], got ",
-                    x.defined() ? x.value().describe() : std::string("an undefined Var"));
-    const std::int64_t b = x.value().dim(0), s = x.value().dim(1), c = opts_.dim, h = opts_.heads;
-    const Var<X> fused = autograd::reshape(qkv(autograd::reshape(x, Shape{b * s, c})), Shape{b, s, 3, h, c / h});
-    AttentionParams p{.causal = opts_.causal};
-    if (this->is_training() && opts_.dropout > 0) {
-      p.dropout = opts_.dropout;
-      p.seed = splitmix64(opts_.seed ^ splitmix64(calls_++));
-    }
-    // q, k, v are views of `fused`; its gradient is written whole (autograd::qkv_attention).
-    const Var<X> o = autograd::qkv_attention(fused, p);
-    // o is [B, S, H, D] in memory on the GPU: back to [B·S, C] without a copy there.
-    const Var<X> y = autograd::reshape(autograd::permute(o, {0, 2, 1, 3}), Shape{b * s, c});
-    return autograd::reshape(proj(y), Shape{b, s, c});
+    const Var<X> y = attend(x);  // checks x
+    return autograd::reshape(proj(y), x.value().shape());
+  }
+  // residual + attention(x), the residual [B, S, C] added by the output projection's matmul: a
+  // pre-norm block's x + attn(ln(x)) with no pass of its own.
+  template <RunsIn<T> X>
+  Var<X> operator()(const Var<X>& x, const Var<X>& residual) const {
+    const Var<X> y = attend(x);
+    CUTRAIN_REQUIRE(residual.defined() && residual.value().shape() == x.value().shape(), InvalidArgument,
+                    "nn::MultiheadAttention", "the residual must have x's shape ", x.value().describe(), ", got ",
+                    residual.defined() ? residual.value().describe() : std::string("an undefined Var"));
+    const Shape s = x.value().shape();
+    return autograd::reshape(proj.forward_residual(y, autograd::reshape(residual, Shape{s[0] * s[1], s[2]})), s);
   }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {
@@ -84,6 +82,24 @@ class MultiheadAttention : public Module<MultiheadAttention<T>, T> {
     CUTRAIN_REQUIRE(o.dropout >= 0 && o.dropout < 1, InvalidArgument, "nn::MultiheadAttention",
                     "dropout must be in [0, 1), got ", o.dropout);
     return o;
+  }
+  // The heads' outputs [B·S, C] for x [B, S, C], before the output projection.
+  template <RunsIn<T> X>
+  Var<X> attend(const Var<X>& x) const {
+    CUTRAIN_REQUIRE(x.defined() && x.value().rank() == 3 && x.value().dim(2) == opts_.dim, InvalidArgument,
+                    "nn::MultiheadAttention", "x must be [B, S, ", opts_.dim, "], got ",
+                    x.defined() ? x.value().describe() : std::string("an undefined Var"));
+    const std::int64_t b = x.value().dim(0), s = x.value().dim(1), c = opts_.dim, h = opts_.heads;
+    const Var<X> fused = autograd::reshape(qkv(autograd::reshape(x, Shape{b * s, c})), Shape{b, s, 3, h, c / h});
+    AttentionParams p{.causal = opts_.causal};
+    if (this->is_training() && opts_.dropout > 0) {
+      p.dropout = opts_.dropout;
+      p.seed = splitmix64(opts_.seed ^ splitmix64(calls_++));
+    }
+    // q, k, v are views of `fused`; its gradient is written whole (autograd::qkv_attention).
+    const Var<X> o = autograd::qkv_attention(fused, p);
+    // o is [B, S, H, D] in memory on the GPU: back to [B·S, C] without a copy there.
+    return autograd::reshape(autograd::permute(o, {0, 2, 1, 3}), Shape{b * s, c});
   }
   MultiheadAttentionOptions opts_;
   mutable std::uint64_t calls_ = 0;  // dropout's seed per call

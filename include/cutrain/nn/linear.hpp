@@ -28,6 +28,11 @@ class Linear : public Module<Linear<T>, T> {
   Var<X> operator()(const Var<X>& x) const {
     return autograd::linear(x, autograd::cast<X>(weight), autograd::cast<X>(bias));
   }
+  // x w^T + b + r as one op (the residual read by the matmul on the GPU): r [N, out].
+  template <RunsIn<T> X>
+  Var<X> forward_residual(const Var<X>& x, const Var<X>& r) const {
+    return autograd::linear_residual(x, autograd::cast<X>(weight), autograd::cast<X>(bias), r);
+  }
   // act(x w^T + b) as one op; what Sequential calls for Linear followed by ReLU.
   template <RunsIn<T> X>
   Var<X> forward_fused(const Var<X>& x, const ActivationParams& act) const {

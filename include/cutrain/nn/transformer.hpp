@@ -1,4 +1,4 @@
-// nn::TransformerBlock (pre-norm: x + attn(ln1(x)), then x + fc2(gelu_tanh(fc1(ln2(x))))) and
+// nn::TransformerBlock (pre-norm: h = x + attn(ln1(x)), then h + fc2(gelu_tanh(fc1(ln2(h))))) and
 // nn::GPT: token and learned position embeddings, N blocks, a final layer norm and an output
 // head tied to the token embedding (logits = x wteᵀ, no bias). GPT-2's initialization: weights
 // normal(0, 0.02), the residual projections' normal(0, 0.02 / sqrt(2 N)), biases zero, norms
@@ -54,10 +54,13 @@ class TransformerBlock : public Module<TransformerBlock<T>, T> {
                     InvalidArgument, "nn::TransformerBlock", "x must be [B, S, C] with C = ", ln1.weight.value().dim(0),
                     ", got ", x.defined() ? x.value().describe() : std::string("an undefined Var"));
     const std::int64_t b = x.value().dim(0), s = x.value().dim(1), c = x.value().dim(2);
-    const Var<X> h = autograd::add(x, attn(ln1(x)));
-    const Var<X> flat = autograd::reshape(ln2(h), Shape{b * s, c});
-    const Var<X> mlp = fc2(autograd::gelu(fc1(flat), /*tanh_approximation=*/true));
-    return autograd::add(h, autograd::reshape(mlp, Shape{b, s, c}));
+    // Both residual adds ride on a matmul (the attention's projection, fc2), and the MLP is one
+    // op (autograd::gelu_mlp: the GELU in fc1's epilogue, its gradient in fc2's).
+    const Var<X> h = attn(ln1(x), x);
+    const Var<X> mlp = autograd::gelu_mlp(autograd::reshape(ln2(h), Shape{b * s, c}), autograd::cast<X>(fc1.weight),
+                                          autograd::cast<X>(fc1.bias), autograd::cast<X>(fc2.weight),
+                                          autograd::cast<X>(fc2.bias), autograd::reshape(h, Shape{b * s, c}));
+    return autograd::reshape(mlp, Shape{b, s, c});
   }
 
   void visit_params(const std::string& prefix, const ParamVisitor<T>& f) {

@@ -108,7 +108,8 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
 
   // Scratch operands of s's sizes (column-major: leading dimension times columns, plus the batch
   // strides), filled with a finite pattern; the bias scratch serves the BIAS epilogues (read) and
-  // BGRADB (written); the fifth is C's, when s has a C of its own.
+  // BGRADB (written); the fifth is C's, when s has a C of its own; the sixth the GELU epilogues'
+  // auxiliary matrix.
   const std::size_t elem = s.type == CUDA_R_32F ? 4 : 2;
   const bool ta = s.transa == CUBLAS_OP_T, tb = s.transb == CUBLAS_OP_T;
   const auto bytes = [&](std::int64_t ld, std::uint64_t cols, std::int64_t stride) {
@@ -120,7 +121,8 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
   try {
     for (const std::size_t b : {bytes(s.lda, ta ? s.m : s.k, s.stride_a), bytes(s.ldb, tb ? s.k : s.n, s.stride_b),
                                 bytes(s.ldd, s.n, s.stride_d), std::max<std::size_t>(std::max(s.m, s.n) * elem, 16),
-                                s.has_c() ? bytes(s.ldc, s.n, s.stride_c) : std::size_t{16}}) {
+                                s.has_c() ? bytes(s.ldc, s.n, s.stride_c) : std::size_t{16},
+                                s.ld_aux != 0 ? bytes(s.ld_aux, s.n, 0) : std::size_t{16}}) {
       scratch.emplace_back(b, Device::cuda(device));
       check(cudaMemsetAsync(scratch.back().data(), 0x3c, b, stream), op, "cudaMemsetAsync of a scratch operand");
     }
@@ -130,6 +132,9 @@ inline void tune_plan(MatmulPlan& p, const MatmulSpec& s, int device, std::strin
   }
   const bool has_bias = epilogue_reads_bias_pointer(s.epilogue);
   if (has_bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(scratch[3].data()), op, "BIAS_POINTER");
+  if (epilogue_uses_aux(s.epilogue))
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(scratch[5].data()), op,
+             "EPILOGUE_AUX_POINTER");
 
   Event start, stop;
   const float alpha = 1.0f, beta = 0.0f;

@@ -202,7 +202,8 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
 }
 
 // dx = dy w, dw = dy^T x and, when has_bias, db = sum over the batch of dy, on current_stream().
-// dx [N, in], dw [out, in] and db [out] (defined when has_bias) are preallocated by the caller.
+// dx [N, in], dw [out, in] and db [out] (defined when has_bias) are preallocated by the caller;
+// an undefined dx skips its matmul (linear_dgrad_gelu computes it instead).
 // db comes out of dw's matmul (BGRADB epilogue); where cuBLASLt has no such algorithm for the
 // shapes and dtype, a second matmul (dy^T times a vector of ones) computes it.
 template <GpuFloat T>
@@ -215,20 +216,24 @@ void linear_backward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& dy
                   " features but w ", w.describe(), " expects ", w.dim(1), " (x [N, in], w [out, in], bias [out])");
   const std::int64_t N = x.dim(0), in = x.dim(1), out = w.dim(0);
   cutrain::check::shape(op, dy, Shape{N, out}, "dy");
-  cutrain::check::shape(op, dx, Shape{N, in}, "dx");
+  const bool want_dx = dx.defined();
+  if (want_dx) {
+    cutrain::check::shape(op, dx, Shape{N, in}, "dx");
+    cutrain::check::same_device(op, dx, dy);
+    CUTRAIN_REQUIRE(row_stride(dx) > 0, InvalidArgument, op, "dx ", dx.describe(), " must have packed rows");
+  }
   cutrain::check::shape(op, dw, Shape{out, in}, "dw");
   if (has_bias) cutrain::check::shape(op, db, Shape{out}, "db");
-  const Device dev = has_bias ? cutrain::check::same_device(op, x, w, dy, dx, dw, db)
-                              : cutrain::check::same_device(op, x, w, dy, dx, dw);
+  const Device dev = has_bias ? cutrain::check::same_device(op, x, w, dy, dw, db)
+                              : cutrain::check::same_device(op, x, w, dy, dw);
   CUTRAIN_REQUIRE(dev.is_cuda(), DeviceError, op, "cuda::cublas needs CUDA tensors, got x ", x.describe());
-  CUTRAIN_REQUIRE(row_stride(dx) > 0, InvalidArgument, op, "dx ", dx.describe(), " must have packed rows");
   CUTRAIN_REQUIRE(row_stride(dw) > 0, InvalidArgument, op, "dw ", dw.describe(), " must have packed rows");
   CUTRAIN_REQUIRE(!has_bias || out <= 1 || db.strides()[0] == 1, InvalidArgument, op, "db ", db.describe(),
                   " must be packed (stride 1)");
   cutrain::detail::DeviceGuard guard(dev.index);
 
   if (out == 0) {  // dy is empty: dx = 0; dw and db have no elements
-    zero_rows(dx.data(), N, in, row_stride(dx), op);
+    if (want_dx) zero_rows(dx.data(), N, in, row_stride(dx), op);
     return;
   }
   if (N == 0) {  // an empty batch: dw = 0, db = 0; dx has no elements
@@ -246,7 +251,7 @@ void linear_backward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& dy
   // dx: row-major dx [N, in] is, column-major, dx^T (in x N) = w^T dy^T. Row-major w [out, in]
   // is the in x out matrix w^T as stored (op(A) = N), row-major dy [N, out] the out x N matrix
   // dy^T (op(B) = N): m = in, n = N, k = out.
-  {
+  if (want_dx) {
     MatmulSpec s = spec_for<T>("dgrad", CUBLASLT_EPILOGUE_DEFAULT);
     s.transa = CUBLAS_OP_N;
     s.transb = CUBLAS_OP_N;
@@ -298,6 +303,98 @@ void linear_backward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& dy
                   x.describe(), ", dy ", dy.describe());
   run(*p, s, dev.index, xs.data(), dys.data(), dw.data(), bias_done ? db.data() : nullptr, op);
   if (has_bias && !bias_done) bias_grad_by_matmul(dys, row_stride(dys), db, dev.index, op);
+}
+
+// GELU (tanh) with its input kept, for training: z = x w^T + bias and y = gelu_tanh(z), both
+// [N, out] with packed rows, from one matmul (the GELU_AUX_BIAS epilogue writes z beside y).
+// Returns false, having written nothing, where cuBLASLt has no such algorithm for the shapes and
+// dtype (or z's layout does not suit it: its row stride must be a multiple of 8); the caller then
+// runs linear_forward and the activation.
+template <GpuFloat T>
+bool linear_gelu_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bias, Tensor<T>& y, Tensor<T>& z,
+                         std::string_view op) {
+  using namespace detail;
+  cutrain::check::rank(op, x, 2, "x");
+  cutrain::check::rank(op, w, 2, "w");
+  CUTRAIN_REQUIRE(x.dim(1) == w.dim(1), InvalidArgument, op, "x ", x.describe(), " has ", x.dim(1),
+                  " features but w ", w.describe(), " expects ", w.dim(1), " (x [N, in], w [out, in], bias [out])");
+  const std::int64_t N = x.dim(0), in = x.dim(1), out = w.dim(0);
+  const bool has_bias = bias.defined();
+  if (has_bias) cutrain::check::shape(op, bias, Shape{out}, "bias");
+  cutrain::check::shape(op, y, Shape{N, out}, "y");
+  cutrain::check::shape(op, z, Shape{N, out}, "z");
+  const Device dev = cutrain::check::same_device(op, x, w, y, z);
+  if (has_bias) cutrain::check::same_device(op, bias, y);
+  CUTRAIN_REQUIRE(dev.is_cuda(), DeviceError, op, "cuda::cublas needs CUDA tensors, got x ", x.describe());
+  CUTRAIN_REQUIRE(row_stride(y) > 0 && row_stride(z) > 0 && y.data() != z.data(), InvalidArgument, op, "y ",
+                  y.describe(), " and z ", z.describe(), " must be two tensors with packed rows");
+  if (N == 0 || out == 0 || in == 0 || row_stride(z) % 8 != 0) return N == 0 || out == 0;
+  cutrain::detail::DeviceGuard guard(dev.index);
+  const Tensor<T> xs = readable(x), ws = readable(w);
+  const Tensor<T> bs = has_bias ? readable(bias) : Tensor<T>{};
+  // As linear_forward: m = out, n = N, k = in; z is D's shape (out x N, column-major).
+  MatmulSpec s = spec_for<T>("fprop", has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
+  s.transa = CUBLAS_OP_T;
+  s.transb = CUBLAS_OP_N;
+  s.m = static_cast<std::uint64_t>(out);
+  s.n = static_cast<std::uint64_t>(N);
+  s.k = static_cast<std::uint64_t>(in);
+  s.lda = row_stride(ws);
+  s.ldb = row_stride(xs);
+  s.ldd = row_stride(y);
+  s.ld_aux = row_stride(z);
+  s.align_a = alignment(ws.data());
+  s.align_b = alignment(xs.data());
+  s.align_d = alignment(y.data());
+  s.align_aux = alignment(z.data());
+  if (has_bias) s.align_bias = alignment(bs.data());
+  MatmulPlan& p = cached_plan(dev.index, s, has_bias ? bs.data() : nullptr, op);
+  if (!p.found) return false;
+  run(p, s, dev.index, ws.data(), xs.data(), y.data(), has_bias ? bs.data() : nullptr, op, 1.0f, 0.0f, nullptr,
+      z.data());
+  return true;
+}
+
+// dz = gelu_tanh'(z) * (dy w): the input gradient of a linear layer whose input was gelu_tanh(z),
+// taken through the GELU on the way (the DGELU epilogue reads z). w [out, in], dy [N, out], z and
+// dz [N, in] with packed rows. Returns false, having written nothing, where cuBLASLt has no such
+// algorithm (or z's row stride is not a multiple of 8); the caller then runs the matmul and the
+// activation's backward.
+template <GpuFloat T>
+bool linear_dgrad_gelu(const Tensor<T>& w, const Tensor<T>& dy, const Tensor<T>& z, Tensor<T>& dz, std::string_view op) {
+  using namespace detail;
+  cutrain::check::rank(op, w, 2, "w");
+  cutrain::check::rank(op, dy, 2, "dy");
+  const std::int64_t N = dy.dim(0), in = w.dim(1), out = w.dim(0);
+  cutrain::check::shape(op, dy, Shape{N, out}, "dy");
+  cutrain::check::shape(op, z, Shape{N, in}, "z");
+  cutrain::check::shape(op, dz, Shape{N, in}, "dz");
+  const Device dev = cutrain::check::same_device(op, w, dy, z, dz);
+  CUTRAIN_REQUIRE(dev.is_cuda(), DeviceError, op, "cuda::cublas needs CUDA tensors, got dy ", dy.describe());
+  CUTRAIN_REQUIRE(row_stride(dz) > 0 && row_stride(z) > 0 && dz.data() != z.data(), InvalidArgument, op, "z ",
+                  z.describe(), " and dz ", dz.describe(), " must be two tensors with packed rows");
+  if (N == 0 || in == 0 || out == 0 || row_stride(z) % 8 != 0) return N == 0 || in == 0;
+  cutrain::detail::DeviceGuard guard(dev.index);
+  const Tensor<T> ws = readable(w), dys = readable(dy);
+  // As linear_backward's dx: m = in, n = N, k = out; z is D's shape (in x N, column-major).
+  MatmulSpec s = spec_for<T>("dgrad", CUBLASLT_EPILOGUE_DGELU);
+  s.transa = CUBLAS_OP_N;
+  s.transb = CUBLAS_OP_N;
+  s.m = static_cast<std::uint64_t>(in);
+  s.n = static_cast<std::uint64_t>(N);
+  s.k = static_cast<std::uint64_t>(out);
+  s.lda = row_stride(ws);
+  s.ldb = row_stride(dys);
+  s.ldd = row_stride(dz);
+  s.ld_aux = row_stride(z);
+  s.align_a = alignment(ws.data());
+  s.align_b = alignment(dys.data());
+  s.align_d = alignment(dz.data());
+  s.align_aux = alignment(z.data());
+  MatmulPlan& p = cached_plan(dev.index, s, nullptr, op);
+  if (!p.found) return false;
+  run(p, s, dev.index, ws.data(), dys.data(), dz.data(), nullptr, op, 1.0f, 0.0f, nullptr, z.data());
+  return true;
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::cuda::cublas

@@ -54,6 +54,9 @@ inline std::string_view epilogue_name(cublasLtEpilogue_t e) {
     case CUBLASLT_EPILOGUE_GELU_BIAS: return "GELU_BIAS";
     case CUBLASLT_EPILOGUE_BGRADA: return "BGRADA";
     case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+    case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
     default: return "other";
   }
 }
@@ -68,7 +71,13 @@ inline std::string_view compute_name(cublasComputeType_t c) {
 
 inline bool epilogue_reads_bias_pointer(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
-         e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
+         e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+// The GELU epilogues with an auxiliary matrix: GELU_AUX(_BIAS) writes GELU's input there, DGELU
+// reads it back.
+inline bool epilogue_uses_aux(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
 }
 
 template <class T>
@@ -128,6 +137,8 @@ struct MatmulSpec {
   std::int64_t stride_a = 0, stride_b = 0, stride_d = 0;
   std::int64_t ldc = 0, stride_c = 0;
   std::uint32_t align_c = 256;
+  std::int64_t ld_aux = 0;  // the GELU epilogues' auxiliary matrix (m x n, column-major), else 0
+  std::uint32_t align_aux = 256;
 
   bool has_c() const { return ldc != 0; }
   // The batch and C fields appear only when used, so that a single matmul without C (linear's)
@@ -141,6 +152,7 @@ struct MatmulSpec {
     std::string e;
     if (batch != 1) e += cat(" batch", batch, " stride", stride_a, ",", stride_b, ",", stride_d);
     if (has_c()) e += cat(" C ld", ldc, " stride", stride_c, " align", align_c);
+    if (ld_aux != 0) e += cat(" aux ld", ld_aux, " align", align_aux);
     return e;
   }
   std::string key(int device) const { return cat(device, "|", signature()); }
@@ -211,6 +223,13 @@ inline std::unique_ptr<MatmulPlan> make_plan(const MatmulSpec& s, cublasLtHandle
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, op, "BIAS_POINTER");
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(s.type), op, "BIAS_DATA_TYPE");
   }
+  if (epilogue_uses_aux(s.epilogue)) {
+    // As with the bias: the heuristic reads the pointer's alignment only (an address aligned to
+    // exactly align_aux stands in for the real one).
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, s.ld_aux, op, "EPILOGUE_AUX_LD");
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+             reinterpret_cast<const void*>(static_cast<std::uintptr_t>(s.align_aux)), op, "EPILOGUE_AUX_POINTER");
+  }
   // Layouts describe the matrices as stored: A is m x k, or k x m when op(A) transposes it.
   const bool ta = s.transa == CUBLAS_OP_T, tb = s.transb == CUBLAS_OP_T;
   lt_check(cublasLtMatrixLayoutCreate(&p->a, s.type, ta ? s.k : s.m, ta ? s.m : s.k, s.lda), op,
@@ -247,9 +266,10 @@ inline std::unique_ptr<MatmulPlan> make_plan(const MatmulSpec& s, cublasLtHandle
 // Without C (the default) beta must be 0 and C is D. The scale type is f32 for every dtype.
 inline void run(const MatmulPlan& p, const MatmulSpec& s, int device, const void* A, const void* B, void* D,
                 const void* bias, std::string_view op, float alpha = 1.0f, float beta = 0.0f,
-                const void* C = nullptr) {
+                const void* C = nullptr, const void* aux = nullptr) {
   if (epilogue_reads_bias_pointer(s.epilogue))
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, op, "BIAS_POINTER");
+  if (epilogue_uses_aux(s.epilogue)) set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, op, "EPILOGUE_AUX_POINTER");
   if (!s.has_c()) C = D;
   cublasLtHandle_t h = handles(device).cublaslt;
   void* ws = workspace(device, p.heuristic.workspaceSize);
