@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -109,6 +110,7 @@ class DeviceCache {
         void* p = list.back();
         list.pop_back();
         cached_bytes_ -= bytes;
+        in_use_bytes_ += bytes;
         return p;
       }
     }
@@ -120,13 +122,21 @@ class DeviceCache {
     if (relax) cudaThreadExchangeStreamCaptureMode(&mode);
     void* p = nullptr;
     cudaError_t st = cudaMalloc(&p, bytes);
-    if (st != cudaSuccess && !relax) {
-      (void)cudaGetLastError();
+    std::size_t freed = 0;
+    if (st == cudaErrorMemoryAllocation && !relax) {
+      (void)cudaGetLastError();  // not sticky: cleared, the process goes on after a failure
+      freed = cached_bytes();
       empty();  // out of memory: give back what is cached and try once more
       st = cudaMalloc(&p, bytes);
     }
     if (relax) cudaThreadExchangeStreamCaptureMode(&mode);
+    if (st == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      throw OutOfMemory("Storage", out_of_memory_message(bytes, device, freed, relax));
+    }
     cuda_check(st, "Storage", cat("cudaMalloc of ", bytes, " bytes on cuda:", device));
+    std::lock_guard lock(mutex_);
+    in_use_bytes_ += bytes;
     return p;
   }
 
@@ -155,6 +165,7 @@ class DeviceCache {
       std::lock_guard lock(mutex_);
       free_[Key{device, stream, bytes}].push_back(p);
       cached_bytes_ += bytes;
+      in_use_bytes_ -= std::min(in_use_bytes_, bytes);
     } catch (...) {
       cudaFree(p);
     }
@@ -177,8 +188,27 @@ class DeviceCache {
     std::lock_guard lock(mutex_);
     return cached_bytes_;
   }
+  // Bytes of the blocks tensors hold now (all devices).
+  std::size_t in_use_bytes() {
+    std::lock_guard lock(mutex_);
+    return in_use_bytes_;
+  }
 
  private:
+  // What a failed allocation reports: the request, what this allocator holds, what CUDA has left.
+  std::string out_of_memory_message(std::size_t bytes, int device, std::size_t freed, bool capturing) {
+    std::size_t free_now = 0, total = 0;
+    if (cudaMemGetInfo(&free_now, &total) != cudaSuccess) (void)cudaGetLastError();
+    const auto gib = [](std::size_t b) { return static_cast<double>(b) / static_cast<double>(1u << 30); };
+    const std::size_t held = in_use_bytes();
+    std::string retry = capturing ? " under CUDA graph capture (no retry there)"
+                        : freed > 0 ? cat(" after the caching allocator returned its ", freed, " cached bytes (", gib(freed),
+                                          " GiB) to CUDA and retried")
+                                    : std::string(" (the caching allocator had no cached block to return)");
+    return cat("out of device memory: cudaMalloc of ", bytes, " bytes (", gib(bytes), " GiB) on cuda:", device,
+               " failed", retry, "; tensors hold ", held, " bytes (", gib(held), " GiB) of the allocator's blocks; cuda:",
+               device, " has ", free_now, " of ", total, " bytes free (", gib(free_now), " of ", gib(total), " GiB)");
+  }
   struct Key {
     int device;
     cudaStream_t stream;
@@ -195,6 +225,7 @@ class DeviceCache {
   std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
   std::vector<cudaStream_t> live_pools_;
   std::size_t cached_bytes_ = 0;
+  std::size_t in_use_bytes_ = 0;
 };
 
 }  // namespace cutrain::inline CUTRAIN_ABI::detail

@@ -141,7 +141,7 @@ Tensor<T> unreversed(const Tensor<T>& t) {
 // profiling session records; reversed views passed as row-major copies), or throws: DeviceError for
 // tensors on different devices or for CUDA tensors without the CUDA backend, NotImplemented for
 // an element type the backend does not compute in (Dtypes; void means FloatDtypes of the first
-// tensor's type).
+// tensor's type); OutOfMemory, naming op, for memory either backend could not get.
 template <class R, class Dtypes, class Cpu, class Gpu, class T, class... Rest>
 R dispatch_to(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] Gpu&& gpu, const Tensor<T>& first,
               const Rest&... rest) {
@@ -165,7 +165,14 @@ R dispatch_to(std::string_view op, [[maybe_unused]] Cpu&& cpu, [[maybe_unused]] 
   } else if constexpr (std::same_as<std::remove_cvref_t<Gpu>, NoCuda>) {
     cutrain::detail::no_cuda(op);
   } else if constexpr (D::gpu) {
-    return gpu(first, rest...);
+    // Device memory ran out (the caching allocator has freed its cache and retried): the error
+    // names this op, and the process can go on (a smaller batch, say).
+    try {
+      return gpu(first, rest...);
+    } catch (const OutOfMemory& e) {
+      if (e.op() == op) throw;
+      throw OutOfMemory(op, cutrain::detail::cat(cutrain::detail::reason_of(e), " (computing on ", first.describe(), ")"));
+    }
   } else {
     D::gpu_unsupported(op, first);
   }
