@@ -299,13 +299,16 @@ int main(int argc, char** argv) {
                 << " (step " << step << ")" << std::endl;
     }
     train.set_epoch(first_epoch - 1);
-    std::unique_ptr<dist::Store> store;  // several ranks: rank 0's model everywhere, gradients averaged
-    std::unique_ptr<dist::ProcessGroup> group;
-    std::unique_ptr<dist::DataParallel<nn::Sequential<float>>> dp;
+    // Several ranks: rank 0's model everywhere, gradients averaged.
+    dist::ProcessGroup* group = nullptr;  // one rank: none
+#ifdef CUTRAIN_GLOO
+    std::unique_ptr<dist::GlooWorld> world;
+#endif
+    std::unique_ptr<dist::DataParallel<nn::Sequential<float>>> dp;  // after world: destroyed before it
     if (env.world_size > 1) {
 #ifdef CUTRAIN_GLOO
-      store = std::make_unique<dist::Store>(env);
-      group = std::make_unique<dist::GlooGroup>(*store);
+      world = std::make_unique<dist::GlooWorld>(env);
+      group = &world->group;
       dp = std::make_unique<dist::DataParallel<nn::Sequential<float>>>(net, *group);
 #else
       usage("WORLD_SIZE > 1, but this fashion_mnist was built without Gloo (Debian's libgloo-dev)");

@@ -320,12 +320,14 @@ int main(int argc, char** argv) {
       (p.value().rank() == 2 && !name.starts_with("wte") && !name.starts_with("wpe") ? decay : no_decay).push_back(p);
     // Several ranks: a process group on Gloo (rank 0's model everywhere, then gradients averaged
     // in buckets during backward: DataParallel below, after a resume).
-    std::unique_ptr<dist::Store> store;
-    std::unique_ptr<dist::ProcessGroup> group;
+    dist::ProcessGroup* group = nullptr;  // one rank: none
+#ifdef CUTRAIN_GLOO
+    std::unique_ptr<dist::GlooWorld> world;
+#endif
     if (env.world_size > 1) {
 #ifdef CUTRAIN_GLOO
-      store = std::make_unique<dist::Store>(env);
-      group = std::make_unique<dist::GlooGroup>(*store);
+      world = std::make_unique<dist::GlooWorld>(env);
+      group = &world->group;
 #else
       usage("WORLD_SIZE > 1, but this gpt was built without Gloo (Debian's libgloo-dev)");
 #endif

@@ -95,7 +95,7 @@ class DataParallel {
     for (auto& p : params_) specs.push_back({.numel = p.numel(), .dtype = dtype_of<T>});
     const auto buckets = assign_buckets(specs, {.cap_bytes = opts.bucket_cap_bytes,
                                                 .first_cap_bytes = opts.first_bucket_cap_bytes});
-    where_.resize(params_.size());
+    bucket_of_.resize(params_.size());
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       Slot s;
       s.params = buckets[b].params;
@@ -103,7 +103,7 @@ class DataParallel {
       // The bucket's gradients, then one "had a gradient" flag per parameter (averaged with them).
       s.flat = Tensor<T>::zeros({buckets[b].numel + static_cast<std::int64_t>(s.params.size())}, {.device = dev});
       s.grad_numel = buckets[b].numel;
-      for (std::size_t k = 0; k < s.params.size(); ++k) where_[s.params[k]] = {b, k};
+      for (std::size_t i : s.params) bucket_of_[i] = b;
       slots_.push_back(std::move(s));
     }
     arrived_.assign(params_.size(), 0);
@@ -256,7 +256,7 @@ class DataParallel {
   void on_grad(std::size_t i) {
     ++arrived_[i];
     if (!sync_ || !learned_) return;
-    const auto [b, k] = where_[i];
+    const std::size_t b = bucket_of_[i];
     if (slots_[b].started) {
       late_[i] = true;
       return;
@@ -292,7 +292,7 @@ class DataParallel {
   std::vector<std::string> names_;
   std::vector<autograd::Var<T>> params_;
   std::vector<Slot> slots_;
-  std::vector<std::pair<std::size_t, std::size_t>> where_;  // parameter -> (bucket, index in it)
+  std::vector<std::size_t> bucket_of_;  // parameter -> its bucket
   std::vector<int> arrived_, expected_;
   std::vector<bool> late_;
   ReduceOp reduce_;

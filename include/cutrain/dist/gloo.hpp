@@ -371,4 +371,14 @@ class GlooGroup final : public ProcessGroup {
   std::thread worker_;
 };
 
+// The usual pairing: a Store rendezvous from the torchrun variables and a GlooGroup over it (the
+// store outlives the group). What the examples build when WORLD_SIZE > 1:
+//   std::unique_ptr<dist::GlooWorld> world;
+//   if (env.world_size > 1) world = std::make_unique<dist::GlooWorld>(env);
+struct GlooWorld {
+  explicit GlooWorld(const Env& env, const GlooOptions& opts = {}) : store(env), group(store, opts) {}
+  Store store;
+  GlooGroup group;
+};
+
 }  // namespace cutrain::inline CUTRAIN_ABI::dist
