@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
     const auto env = dist::Env::from_environment();
     if (env.rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;  // rank 0 prints
     const Device dev = pick_device(args.device);
+    ConfigOverride seed;  // the kernel seed directory beside the program, while it runs (GPU)
     if (args.cuda_graphs && env.world_size > 1) usage("--cuda-graphs with several ranks: Gloo's collectives cannot be captured");
     if (args.recipe == "fast" && dev.is_cpu())
       usage("--recipe fast trains in bf16 with CUDA graphs, which need the GPU");
@@ -202,9 +203,8 @@ int main(int argc, char** argv) {
       cuda::autotune::set_options(o);
     }
     if (!dev.is_cpu()) {
-      // The build's seed directory (build/kernels) where CUTRAIN_KERNEL_SEED does not name one:
-      // set before any thread starts (setenv beside another thread's getenv is a race).
-      (void)cuda::kernels::use_seed_beside_program();
+      // The build's seed directory (build/kernels) where CUTRAIN_KERNEL_SEED does not name one.
+      seed = cuda::kernels::use_seed_beside_program();
       cuda::warm_start(cutrain::detail::cat("fashion_mnist-", nn::to_string(args.precision), "-", args.autotune,
                                             args.deterministic ? "-deterministic" : ""));
       // The NVRTC kernels this precision can launch that neither the cache nor the seed has,

@@ -34,8 +34,10 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: prebuild_kernels DIR [--arch 90] [--threads N]\n");
     return 2;
   }
-  ::setenv("CUTRAIN_KERNEL_CACHE", dir.c_str(), 1);
-  ::unsetenv("CUTRAIN_KERNEL_SEED");
+  const cutrain::ConfigOverride into_dir([&](cutrain::Config& c) {
+    c.kernel_cache = dir;  // the kernels compile into DIR
+    c.kernel_seed.clear();  // and none is copied from a seed
+  });
   const auto programs = all_programs();
   const PrebuildReport r = prebuild(programs, arch, threads);
   std::printf("prebuild_kernels: %zu programs for %s with NVRTC %s in %s: %zu compiled, %zu already there, %.1f s on %d "

@@ -2,6 +2,7 @@
 // environments, damaged and foreign files, merging, and processes that save at the same time.
 #include <catch2/catch.hpp>
 
+#include "scoped_config.hpp"
 #include "temp_dir.hpp"
 
 #include <sys/wait.h>
@@ -33,6 +34,7 @@ using namespace cutrain;
 using namespace cutrain::cuda::autotune;
 using namespace std::string_literals;
 using Catch::Matchers::Contains;
+using cutrain::test::ScopedConfig;
 using TempDir = cutrain::test::TempDir;
 
 namespace {
@@ -90,26 +92,6 @@ void setup(Cache& c, Warnings& w, const Environment& env = h200()) {
   c.set_environment(env);
   c.set_warning_sink(w.sink());
 }
-
-// Sets or unsets an environment variable for one test, then puts the old value back.
-class EnvVar {
- public:
-  explicit EnvVar(const char* name) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v;
-  }
-  ~EnvVar() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  EnvVar(const EnvVar&) = delete;
-  EnvVar& operator=(const EnvVar&) = delete;
-  void set(const std::string& v) { ::setenv(name_, v.c_str(), 1); }
-  void unset() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace
 
@@ -789,22 +771,24 @@ TEST_CASE("autotune: four processes saving at once lose no entry", "[autotune]")
 }
 
 TEST_CASE("autotune: default_path follows CUTRAIN_AUTOTUNE_CACHE, XDG_CACHE_HOME, HOME", "[autotune]") {
-  EnvVar cache("CUTRAIN_AUTOTUNE_CACHE"), xdg("XDG_CACHE_HOME"), home("HOME");  // restored at the end
-  cache.set("/somewhere/tune.json");
-  xdg.set("/xdg");
-  home.set("/home/u");
-  CHECK(Cache::default_path() == "/somewhere/tune.json");
-  cache.set("");  // empty is unset
-  CHECK(Cache::default_path() == "/xdg/cutrain/autotune.json");
-  cache.unset();
-  CHECK(Cache::default_path() == "/xdg/cutrain/autotune.json");
-  xdg.set("relative/cache");  // the XDG spec says to ignore a relative path
+  ScopedConfig home("HOME", "/home/u");
+  ScopedConfig xdg("XDG_CACHE_HOME", "/xdg");
+  {
+    ScopedConfig cache("CUTRAIN_AUTOTUNE_CACHE", "/somewhere/tune.json");
+    CHECK(Cache::default_path() == "/somewhere/tune.json");
+  }
+  {
+    ScopedConfig cache("CUTRAIN_AUTOTUNE_CACHE", "");  // empty is unset
+    CHECK(Cache::default_path() == "/xdg/cutrain/autotune.json");
+  }
+  ScopedConfig cache("CUTRAIN_AUTOTUNE_CACHE", "");
+  {
+    ScopedConfig relative("XDG_CACHE_HOME", "relative/cache");  // the XDG spec says to ignore a relative path
+    CHECK(Cache::default_path() == "/home/u/.cache/cutrain/autotune.json");
+  }
+  ScopedConfig no_xdg("XDG_CACHE_HOME", "");
   CHECK(Cache::default_path() == "/home/u/.cache/cutrain/autotune.json");
-  xdg.set("");
-  CHECK(Cache::default_path() == "/home/u/.cache/cutrain/autotune.json");
-  xdg.unset();
-  CHECK(Cache::default_path() == "/home/u/.cache/cutrain/autotune.json");
-  home.unset();
+  ScopedConfig no_home("HOME", "");
   CHECK(Cache::default_path().empty());  // nowhere to keep it: memory only
 }
 

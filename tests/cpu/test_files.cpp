@@ -1,12 +1,13 @@
 // core/files.hpp: where the caches live, and the atomic writer the caches and checkpoints share.
 #include <catch2/catch.hpp>
 
-#include "scoped_env.hpp"
+#include "scoped_config.hpp"
 #include "temp_dir.hpp"
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 
@@ -16,7 +17,7 @@ namespace cutrain_test_files {  // one per file: the unity build compiles files 
 
 using namespace cutrain;
 using Catch::Matchers::Contains;
-using cutrain::test::ScopedEnv;
+using cutrain::test::ScopedConfig;
 using cutrain::test::TempDir;
 namespace fs = std::filesystem;
 
@@ -27,20 +28,76 @@ std::string read_text(const fs::path& p) {
 }
 }  // namespace
 
-TEST_CASE("files: cache_path follows its variable, an absolute XDG_CACHE_HOME, then HOME", "[files]") {
-  ScopedEnv home("HOME", "/home/u");
-  ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
-  ScopedEnv own("CUTRAIN_TEST_CACHE", "/own/place");
-  CHECK(files::cache_path("CUTRAIN_TEST_CACHE", "kernels") == fs::path("/own/place"));
-  ::setenv("CUTRAIN_TEST_CACHE", "", 1);  // empty is unset
-  CHECK(files::cache_path("CUTRAIN_TEST_CACHE", "kernels") == fs::path("/xdg/cutrain/kernels"));
-  CHECK(files::cache_path("CUTRAIN_TEST_CACHE", "autotune.json") == fs::path("/xdg/cutrain/autotune.json"));
-  ::setenv("XDG_CACHE_HOME", "relative/cache", 1);  // the XDG spec says to ignore a relative path
-  CHECK(files::cache_path("CUTRAIN_TEST_CACHE", "kernels") == fs::path("/home/u/.cache/cutrain/kernels"));
-  ::unsetenv("XDG_CACHE_HOME");
-  CHECK(files::cache_path("CUTRAIN_TEST_CACHE", "kernels") == fs::path("/home/u/.cache/cutrain/kernels"));
-  ::unsetenv("HOME");
-  CHECK(files::cache_path("CUTRAIN_TEST_CACHE", "kernels").empty());
+TEST_CASE("files: cache_path takes its chosen place, an absolute XDG_CACHE_HOME, then HOME", "[files]") {
+  ScopedConfig home("HOME", "/home/u");
+  {
+    ScopedConfig xdg("XDG_CACHE_HOME", "/xdg");
+    CHECK(files::cache_path("/own/place", "kernels") == fs::path("/own/place"));
+    CHECK(files::cache_path("", "kernels") == fs::path("/xdg/cutrain/kernels"));  // empty: not chosen
+    CHECK(files::cache_path("", "autotune.json") == fs::path("/xdg/cutrain/autotune.json"));
+  }
+  {
+    ScopedConfig xdg("XDG_CACHE_HOME", "relative/cache");  // the XDG spec says to ignore a relative path
+    CHECK(files::cache_path("", "kernels") == fs::path("/home/u/.cache/cutrain/kernels"));
+  }
+  ScopedConfig no_xdg("XDG_CACHE_HOME", "");
+  CHECK(files::cache_path("", "kernels") == fs::path("/home/u/.cache/cutrain/kernels"));
+  ScopedConfig no_home("HOME", "");
+  CHECK(files::cache_path("", "kernels").empty());
+}
+
+TEST_CASE("Config: every variable read from a lookup, overrides nest and end in order", "[files][config]") {
+  const std::map<std::string, std::string> env{
+      {"CUTRAIN_AUTOTUNE", "benchmark"},   {"CUTRAIN_AUTOTUNE_CACHE", "/a.json"}, {"CUTRAIN_KERNEL_CACHE", "/k"},
+      {"CUTRAIN_KERNEL_SEED", "/s1:/s2"},  {"CUTRAIN_KERNEL_PREFETCH", "0"},      {"CUTRAIN_PLAN_CACHE", "0"},
+      {"CUTRAIN_PLAN_LOG", "1"},           {"CUTRAIN_CUDNN_FULL_ERRORS", "1"},    {"CUTRAIN_BN_FORWARD", "fast"},
+      {"CUTRAIN_BN_BACKWARD", "cudnn"},    {"CUTRAIN_PROFILE", "1"},              {"CUTRAIN_PROFILE_DIR", "/p"},
+      {"CUTRAIN_FASHION_MNIST_DIR", "/f"}, {"XDG_CACHE_HOME", "/x"},              {"HOME", "/h"}};
+  REQUIRE(env.size() == Config::variables.size());
+  const Config c = Config::from([&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+  CHECK(c.autotune == "benchmark");
+  CHECK(c.autotune_cache == "/a.json");
+  CHECK(c.kernel_cache == "/k");
+  CHECK(c.kernel_seed == "/s1:/s2");
+  CHECK_FALSE(c.kernel_prefetch);
+  CHECK_FALSE(c.plan_cache);
+  CHECK(c.plan_log);
+  CHECK(c.cudnn_full_errors);
+  CHECK(c.bn_forward == "fast");
+  CHECK(c.bn_backward == "cudnn");
+  CHECK(c.profile);
+  CHECK(c.profile_dir == "/p");
+  CHECK(c.fashion_mnist_dir == "/f");
+  CHECK(c.xdg_cache_home == "/x");
+  CHECK(c.home == "/h");
+  // Nothing set: the defaults.
+  const Config d = Config::from([](const char*) -> const char* { return nullptr; });
+  CHECK(d.kernel_prefetch);
+  CHECK(d.plan_cache);
+  CHECK_FALSE(d.plan_log);
+  CHECK_FALSE(d.profile);
+  CHECK(d.kernel_cache.empty());
+  Config e = d;
+  CHECK_FALSE(Config::set(e, "CUTRAIN_NO_SUCH", "1"));
+
+  const std::string before = config()->kernel_cache;
+  {
+    ConfigOverride outer([](Config& o) { o.kernel_cache = "/outer"; });
+    CHECK(config()->kernel_cache == "/outer");
+    {
+      ConfigOverride inner([](Config& o) { o.plan_log = true; });
+      CHECK(config()->kernel_cache == "/outer");  // an override starts from the one before it
+      CHECK(config()->plan_log);
+    }
+    CHECK(config()->kernel_cache == "/outer");
+    ConfigOverride moved = std::move(outer);  // the moved-to one ends it
+  }
+  CHECK(config()->kernel_cache == before);
+  ConfigOverride nothing;  // changes nothing
+  CHECK(config()->kernel_cache == before);
 }
 
 TEST_CASE("files: AtomicFile replaces a file whole on commit and leaves nothing otherwise", "[files]") {

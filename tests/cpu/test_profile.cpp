@@ -4,7 +4,7 @@
 // and read back), CUTRAIN_PROFILE's session, and its bad input.
 #include "bad_input.hpp"
 #include "gradcheck.hpp"
-#include "scoped_env.hpp"
+#include "scoped_config.hpp"
 #include "temp_dir.hpp"
 
 #include <fstream>
@@ -127,12 +127,12 @@ TEST_CASE("profile: an optimizer step is one row; the table, JSON and Chrome tra
 
 TEST_CASE("profile: CUTRAIN_PROFILE's session reports when it ends", "[profile]") {
   {
-    ScopedEnv off("CUTRAIN_PROFILE", "0");
+    ScopedConfig off("CUTRAIN_PROFILE", "0");
     CHECK(profile::Session::from_env() == nullptr);
   }
   TempDir dir("profile_env");
-  ScopedEnv on("CUTRAIN_PROFILE", "1");
-  ScopedEnv to("CUTRAIN_PROFILE_DIR", (dir / "out").string());
+  ScopedConfig on("CUTRAIN_PROFILE", "1");
+  ScopedConfig to("CUTRAIN_PROFILE_DIR", (dir / "out").string());
   {
     auto s = profile::Session::from_env();
     REQUIRE(s != nullptr);

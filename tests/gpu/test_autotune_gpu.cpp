@@ -11,7 +11,7 @@
 // configs whose knob types only the backend names are stored and replayed.
 #include "bn_switch.hpp"
 #include "parity.hpp"
-#include "scoped_env.hpp"
+#include "scoped_config.hpp"
 #include "temp_dir.hpp"
 
 #include <link.h>
@@ -537,7 +537,7 @@ TEST_CASE("gpu autotune: benchmark tunes cuBLASLt matmul algorithms that match t
 TEST_CASE("gpu: plans cuDNN compiles at build are kept on disk, and a fresh graph cache reads them back") {
   Restore restore;
   TempDir dir("plan_files");
-  ScopedEnv cache_dir("CUTRAIN_KERNEL_CACHE", dir.path().string());
+  ScopedConfig cache_dir("CUTRAIN_KERNEL_CACHE", dir.path().string());
   autotune::ModeGuard mode(autotune::Mode::heuristic);
 
   // relu forward and backward and batch norm training forward and backward, bf16 NHWC, on a
@@ -603,7 +603,7 @@ TEST_CASE("gpu: plans cuDNN compiles at build are kept on disk, and a fresh grap
 TEST_CASE("gpu: a warm start loads the plans of an earlier run in the background, tuned plans included") {
   Restore restore;
   TempDir dir("warm_start");
-  ScopedEnv cache_dir("CUTRAIN_KERNEL_CACHE", dir.path().string());
+  ScopedConfig cache_dir("CUTRAIN_KERNEL_CACHE", dir.path().string());
   struct Forget {
     ~Forget() { cuda::cudnn::detail::reset_warm_start(); }
   } forget;

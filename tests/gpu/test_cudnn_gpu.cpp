@@ -5,7 +5,7 @@
 // f32 parameters and statistics. One translation unit, since each one that includes cudnn-frontend costs a minute.
 #include "bn_switch.hpp"
 #include "parity.hpp"
-#include "scoped_env.hpp"
+#include "scoped_config.hpp"
 
 #include "cutrain/cuda/cudnn/activation.hpp"
 #include "cutrain/cuda/cudnn/conv.hpp"
@@ -242,7 +242,7 @@ TEST_CASE("gpu ops run through kept variant packs with repeated and new pointer 
   auto [w, wr] = random_pair<bfloat16>(c.w, rng, Layout::nhwc);
   auto [b, br] = random_pair<bfloat16>({c.w[0]}, rng, Layout::nhwc);
   // No plan files: a graph read from one would reach the kept packs a call earlier.
-  ScopedEnv no_plan_files("CUTRAIN_PLAN_CACHE", "0");
+  ScopedConfig no_plan_files("CUTRAIN_PLAN_CACHE", "0");
   cuda::cudnn::clear_graph_cache();  // the graphs' first two calls go through the frontend
   const auto before = cuda::cudnn::variant_pack_stats();
   int calls = 0;

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cutrain/cuda/cudnn/plan_store.hpp"
-#include "scoped_env.hpp"
+#include "scoped_config.hpp"
 
 namespace cutrain_test_errors_gpu {  // one per file: the unity build compiles files together
 
@@ -77,7 +77,7 @@ TEST_CASE("a graph cuDNN has no engine for: a short message, the whole log on re
   // The whole message in what() when asked for.
   cd::clear_graph_cache();
   {
-    test::ScopedEnv full("CUTRAIN_CUDNN_FULL_ERRORS", "1");
+    test::ScopedConfig full("CUTRAIN_CUDNN_FULL_ERRORS", "1");
     try {
       build_without_engine(key, text);
       FAIL("cuDNN built a batchnorm_inference graph");

@@ -4,7 +4,7 @@
 // (against updates computed by hand in f64); then the module cache in memory and on disk; and
 // Tensor::copy_from between layouts on one GPU (the strided-copy kernel), eager and captured.
 #include "parity.hpp"
-#include "scoped_env.hpp"
+#include "scoped_config.hpp"
 
 #include <unistd.h>
 
@@ -573,7 +573,7 @@ TEST_CASE("gpu NVRTC modules: compiled once, then served from memory; the disk c
   std::string tmpl = (fs::temp_directory_path() / "cutrain_gpu_kernel_cache_XXXXXX").string();
   REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
   const fs::path dir = tmpl;
-  ScopedEnv env("CUTRAIN_KERNEL_CACHE", dir.string());
+  ScopedConfig env("CUTRAIN_KERNEL_CACHE", dir.string());
   auto& st = kernels::stats();
   const int arch = kernels::detail::device_arch(0);
   std::printf("NVRTC %s, GPU sm_%d, kernels compiled for %s\n", kernels::nvrtc_version().c_str(), arch,

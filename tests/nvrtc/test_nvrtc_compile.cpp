@@ -14,11 +14,11 @@
 #include "cutrain/cuda/kernels/nvrtc.hpp"
 #include "cutrain/cuda/kernels/prebuild.hpp"
 #include "cutrain/cuda/kernels/programs.hpp"
-#include "../scoped_env.hpp"
+#include "../scoped_config.hpp"
 
 using namespace cutrain;
 using namespace cutrain::cuda::kernels;
-using cutrain::test::ScopedEnv;
+using cutrain::test::ScopedConfig;
 namespace fs = std::filesystem;
 
 namespace {
@@ -113,18 +113,18 @@ TEST_CASE("NVRTC targets: CUBIN for a known architecture, PTX for a newer GPU") 
 }
 
 TEST_CASE("the kernel cache directory follows CUTRAIN_KERNEL_CACHE, XDG_CACHE_HOME, HOME") {
-  ScopedEnv home("HOME", "/home/someone");
+  ScopedConfig home("HOME", "/home/someone");
   {
-    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    ScopedConfig xdg("XDG_CACHE_HOME", "/xdg");
     {
-      ScopedEnv own("CUTRAIN_KERNEL_CACHE", "/own/cache");
+      ScopedConfig own("CUTRAIN_KERNEL_CACHE", "/own/cache");
       CHECK(kernel_cache_dir() == fs::path("/own/cache"));
     }
-    ScopedEnv own_empty("CUTRAIN_KERNEL_CACHE", "");
+    ScopedConfig own_empty("CUTRAIN_KERNEL_CACHE", "");
     CHECK(kernel_cache_dir() == fs::path("/xdg/cutrain/kernels"));
   }
-  ScopedEnv xdg_empty("XDG_CACHE_HOME", "");
-  ScopedEnv own_empty("CUTRAIN_KERNEL_CACHE", "");
+  ScopedConfig xdg_empty("XDG_CACHE_HOME", "");
+  ScopedConfig own_empty("CUTRAIN_KERNEL_CACHE", "");
   CHECK(kernel_cache_dir() == fs::path("/home/someone/.cache/cutrain/kernels"));
 }
 
@@ -140,7 +140,7 @@ TEST_CASE("the cache key changes with the source and the target") {
 
 TEST_CASE("the disk cache: written atomically after a compile, read back, corrupt files ignored") {
   const fs::path dir = fresh_dir("kernel_cache") / "nested" / "kernels";  // created on first write
-  ScopedEnv env("CUTRAIN_KERNEL_CACHE", dir.string());
+  ScopedConfig env("CUTRAIN_KERNEL_CACHE", dir.string());
   // A program no other test compiles, so the counters below are this test's own.
   Program p = programs::cast("float", "cutrain_bf16");
   p.name = "cache_test_" + std::to_string(::getpid());
@@ -206,7 +206,7 @@ TEST_CASE("a cache directory that cannot be created is skipped, not fatal") {
   const fs::path base = fresh_dir("kernel_cache_file");
   const fs::path blocker = base / "a_file";
   { std::ofstream(blocker) << "x"; }
-  ScopedEnv env("CUTRAIN_KERNEL_CACHE", (blocker / "kernels").string());  // below a regular file
+  ScopedConfig env("CUTRAIN_KERNEL_CACHE", (blocker / "kernels").string());  // below a regular file
   Program p = programs::elementwise("float");
   p.name = "cache_blocked_" + std::to_string(::getpid());
   const Image img = image_for(p, 90);
@@ -220,8 +220,8 @@ TEST_CASE("prebuild compiles into the cache on threads; a seed directory spares 
   const std::vector<Program> two = {programs::activation("float"), programs::cast("float", "cutrain_bf16")};
   const fs::path seed = fresh_dir("kernel_seed");
   {
-    ScopedEnv cache("CUTRAIN_KERNEL_CACHE", seed.string());
-    ScopedEnv no_seed("CUTRAIN_KERNEL_SEED", "");
+    ScopedConfig cache("CUTRAIN_KERNEL_CACHE", seed.string());
+    ScopedConfig no_seed("CUTRAIN_KERNEL_SEED", "");
     const auto first = prebuild(two, 90, 2);
     CHECK(first.programs == 2);
     CHECK(first.compiled == 2);
@@ -234,8 +234,8 @@ TEST_CASE("prebuild compiles into the cache on threads; a seed directory spares 
   }
   // A fresh cache with the seed: both images are copied in, nothing is compiled.
   const fs::path cache_dir = fresh_dir("kernel_seeded");
-  ScopedEnv cache("CUTRAIN_KERNEL_CACHE", cache_dir.string());
-  ScopedEnv with_seed("CUTRAIN_KERNEL_SEED", "/no/such/dir:" + seed.string());
+  ScopedConfig cache("CUTRAIN_KERNEL_CACHE", cache_dir.string());
+  ScopedConfig with_seed("CUTRAIN_KERNEL_SEED", "/no/such/dir:" + seed.string());
   REQUIRE(kernel_seed_dirs() == std::vector<fs::path>{"/no/such/dir", seed});
   const auto compiles = stats().compiles.load(), seeded = stats().seed_hits.load();
   for (const Program& p : two) {
@@ -251,8 +251,8 @@ TEST_CASE("prebuild compiles into the cache on threads; a seed directory spares 
 
 TEST_CASE("prefetch compiles in the background; a load waits for it instead of compiling again") {
   const fs::path cache_dir = fresh_dir("kernel_prefetch");
-  ScopedEnv cache("CUTRAIN_KERNEL_CACHE", cache_dir.string());
-  ScopedEnv no_seed("CUTRAIN_KERNEL_SEED", "");
+  ScopedConfig cache("CUTRAIN_KERNEL_CACHE", cache_dir.string());
+  ScopedConfig no_seed("CUTRAIN_KERNEL_SEED", "");
   const std::vector<Program> two = {programs::reduce("float"), programs::softmax("float")};
   const auto compiles = stats().compiles.load();
   CHECK(prefetch(two, 90, 2) == 2);
@@ -261,7 +261,7 @@ TEST_CASE("prefetch compiles in the background; a load waits for it instead of c
   CHECK(stats().compiles.load() == compiles + 2);                // each compiled once
   CHECK(count_files(cache_dir) == 2);
   {
-    ScopedEnv off("CUTRAIN_KERNEL_PREFETCH", "0");
+    ScopedConfig off("CUTRAIN_KERNEL_PREFETCH", "0");
     CHECK(prefetch({programs::index("float")}, 90) == 0);
   }
   CHECK_THROWS_AS(prefetch(two, 90, 65), InvalidArgument);
@@ -275,7 +275,7 @@ TEST_CASE("prefetch compiles in the background; a load waits for it instead of c
   for (const Program& p : three) CHECK(!image_for(p, 90).bytes.empty());
   CHECK(stats().compiles.load() == before + 3);
   {
-    ScopedEnv unwritable("CUTRAIN_KERNEL_CACHE", "/proc/cutrain_no_such_cache");
+    ScopedConfig unwritable("CUTRAIN_KERNEL_CACHE", "/proc/cutrain_no_such_cache");
     CHECK(prefetch({programs::index("float")}, 90) == 0);  // its compiles could reach no launch
   }
   // The programs a dtype can launch: its instantiations, its casts both ways, and the copy.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -79,7 +80,7 @@ std::string cat(const Args&... args) {
 // The first line of a library's message, at most about 300 characters: what an error's what()
 // shows of it. CUTRAIN_CUDNN_FULL_ERRORS=1 keeps the whole message.
 inline std::string first_reason(std::string_view message) {
-  if (const char* v = std::getenv("CUTRAIN_CUDNN_FULL_ERRORS"); v && std::string_view(v) == "1") return std::string(message);
+  if (config()->cudnn_full_errors) return std::string(message);
   constexpr std::size_t most = 300;
   while (!message.empty() && (message.front() == '\n' || message.front() == ' ')) message.remove_prefix(1);
   std::string_view first = message.substr(0, message.find('\n'));

@@ -27,23 +27,22 @@
 #include <system_error>
 #include <utility>
 
+#include "cutrain/core/config.hpp"
 #include "cutrain/core/error.hpp"
 
 namespace cutrain::inline CUTRAIN_ABI::files {
 
-// Where a cache named `name` (a file or a directory) lives: $<override_variable> when it is set
-// and not empty; else $XDG_CACHE_HOME/cutrain/<name> when XDG_CACHE_HOME is an absolute path (the
-// XDG spec says to ignore a relative one); else $HOME/.cache/cutrain/<name>; else empty: there is
-// nowhere to keep it, and the caller keeps the cache in memory only.
-inline std::filesystem::path cache_path(const char* override_variable, std::string_view name) {
-  const auto env = [](const char* variable) -> std::string_view {
-    const char* v = std::getenv(variable);
-    return v ? v : "";
-  };
-  if (const auto p = env(override_variable); !p.empty()) return p;
-  if (const auto d = env("XDG_CACHE_HOME"); !d.empty() && std::filesystem::path(d).is_absolute())
-    return std::filesystem::path(d) / "cutrain" / name;
-  if (const auto d = env("HOME"); !d.empty()) return std::filesystem::path(d) / ".cache" / "cutrain" / name;
+// Where a cache named `name` (a file or a directory) lives: `chosen` (the Config field that names
+// it, such as config()->kernel_cache) when not empty; else $XDG_CACHE_HOME/cutrain/<name> when
+// XDG_CACHE_HOME is an absolute path (the XDG spec says to ignore a relative one); else
+// $HOME/.cache/cutrain/<name> (both as config() read them); else empty: there is nowhere to keep
+// it, and the caller keeps the cache in memory only.
+inline std::filesystem::path cache_path(std::string_view chosen, std::string_view name) {
+  if (!chosen.empty()) return std::filesystem::path(chosen);
+  const auto c = config();
+  if (!c->xdg_cache_home.empty() && std::filesystem::path(c->xdg_cache_home).is_absolute())
+    return std::filesystem::path(c->xdg_cache_home) / "cutrain" / name;
+  if (!c->home.empty()) return std::filesystem::path(c->home) / ".cache" / "cutrain" / name;
   return {};
 }
 

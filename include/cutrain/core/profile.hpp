@@ -18,6 +18,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -299,12 +300,12 @@ class EnvSession final : public Session {
     try {
       stop();
       std::fprintf(stderr, "\n== cutrain profile (CUTRAIN_PROFILE=1)\n%s", table().c_str());
-      if (const char* dir = std::getenv("CUTRAIN_PROFILE_DIR"); dir && *dir) {
+      if (const std::string dir = config()->profile_dir; !dir.empty()) {
         const std::filesystem::path d(dir);
         std::filesystem::create_directories(d);
         write_json(d / "profile.json");
         write_chrome_trace(d / "trace.json");
-        std::fprintf(stderr, "profile written to %s (profile.json, trace.json)\n", dir);
+        std::fprintf(stderr, "profile written to %s (profile.json, trace.json)\n", dir.c_str());
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cutrain profile: %s\n", e.what());
@@ -314,8 +315,7 @@ class EnvSession final : public Session {
 }  // namespace detail
 
 inline std::unique_ptr<Session> Session::from_env() {
-  const char* v = std::getenv("CUTRAIN_PROFILE");
-  if (!v || std::string_view(v) != "1") return nullptr;
+  if (!config()->profile) return nullptr;
   return std::make_unique<detail::EnvSession>();
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <zlib.h>
 
@@ -132,7 +133,7 @@ struct ImageDataset {
 
 // The directory of Fashion-MNIST: $CUTRAIN_FASHION_MNIST_DIR, else the Debian package's.
 inline std::string fashion_mnist_dir() {
-  if (const char* d = std::getenv("CUTRAIN_FASHION_MNIST_DIR"); d && *d) return d;
+  if (auto c = config(); !c->fashion_mnist_dir.empty()) return c->fashion_mnist_dir;
   return "/usr/share/datasets/fashion-mnist";
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -93,7 +94,7 @@ class Cache {
 
   // $CUTRAIN_AUTOTUNE_CACHE, else autotune.json in cutrain's cache directory (files::cache_path);
   // empty (memory only) when there is none.
-  static std::filesystem::path default_path() { return files::cache_path("CUTRAIN_AUTOTUNE_CACHE", "autotune.json"); }
+  static std::filesystem::path default_path() { return files::cache_path(config()->autotune_cache, "autotune.json"); }
 
   const std::filesystem::path& path() const noexcept { return path_; }
 

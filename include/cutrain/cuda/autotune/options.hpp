@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -143,8 +144,8 @@ inline void warn(const std::string& message) {
 
 // $CUTRAIN_AUTOTUNE, read once; a value that is not a mode is a warning and leaves the default.
 inline Mode mode_from_environment() {
-  const char* v = std::getenv("CUTRAIN_AUTOTUNE");
-  if (!v || !*v) return Mode::cached;
+  const std::string v = config()->autotune;
+  if (v.empty()) return Mode::cached;
   if (auto m = parse_mode(v)) return *m;
   warn(cat("CUTRAIN_AUTOTUNE=\"", v, "\" is not heuristic, benchmark or cached; using cached"));
   return Mode::cached;

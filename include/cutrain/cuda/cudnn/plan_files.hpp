@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <cudnn_frontend.h>
 
@@ -43,10 +44,7 @@ namespace cutrain::inline CUTRAIN_ABI::cuda::cudnn {
 namespace detail {
 using cutrain::detail::cat;
 
-inline bool plan_files_enabled() {
-  const char* v = std::getenv("CUTRAIN_PLAN_CACHE");
-  return !(v && std::string_view(v) == "0");
-}
+inline bool plan_files_enabled() { return config()->plan_cache; }
 
 // A tuned plan's choice as text: what a plan file of it is keyed by.
 inline std::string choice_text(const autotune::Choice& c) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -49,13 +50,7 @@ inline BuildStats& build_stats() {
 
 // CUTRAIN_PLAN_LOG=1: each graph build (or plan file or warm-start load) is printed to stderr with
 // its wall time and where the plan came from: where a cold start spends its time.
-inline bool plan_log_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("CUTRAIN_PLAN_LOG");
-    return v && *v && std::string_view(v) != "0";
-  }();
-  return on;
-}
+inline bool plan_log_enabled() { return config()->plan_log; }
 
 // Calls that ran cutrain's own NVRTC kernel because cuDNN could not build the op's graph (no
 // engine for that signature on this GPU): see try_build. For reports and tests.

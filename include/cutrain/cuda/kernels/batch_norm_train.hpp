@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #ifndef CUTRAIN_WITH_CUDA
 #error "cutrain/cuda/ needs CUTRAIN_WITH_CUDA (link cutrain::cuda)"
@@ -153,20 +154,14 @@ std::optional<BnDense> bn_dense(const Tensor<T>& t) {
 // cuDNN's graph first (false; CUTRAIN_BN_BACKWARD=cudnn in the environment at start): for timing
 // one against the other.
 inline std::atomic<bool>& fast_batch_norm_backward() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("CUTRAIN_BN_BACKWARD");
-    return !(e && std::string_view(e) == "cudnn");
-  }()};
+  static std::atomic<bool> on{config()->bn_backward != "cudnn"};
   return on;
 }
 
 // The same for the forward in training (CUTRAIN_BN_FORWARD=cudnn: cuDNN's graph first). ops::
 // takes the fast forward only where forward_prefers_fast says.
 inline std::atomic<bool>& fast_batch_norm_forward() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("CUTRAIN_BN_FORWARD");
-    return !(e && std::string_view(e) == "cudnn");
-  }()};
+  static std::atomic<bool> on{config()->bn_forward != "cudnn"};
   return on;
 }
 
@@ -174,10 +169,7 @@ inline std::atomic<bool>& fast_batch_norm_forward() {
 // start, or set it). Off by default: there cuDNN's graph is the faster once built. On spares a
 // fresh machine cuDNN's runtime compile of each NHWC norm graph (0.4-1 s each on an H100).
 inline std::atomic<bool>& fast_batch_norm_forward_channels_last() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("CUTRAIN_BN_FORWARD");
-    return e && std::string_view(e) == "fast";
-  }()};
+  static std::atomic<bool> on{config()->bn_forward == "fast"};
   return on;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <nvrtc.h>
 #include <unistd.h>
@@ -52,7 +53,7 @@ namespace cutrain::inline CUTRAIN_ABI::cuda::kernels {
 
 // Where compiled kernels are cached: $CUTRAIN_KERNEL_CACHE, else kernels/ in cutrain's cache
 // directory (files::cache_path); empty (no disk cache) when there is none.
-inline std::filesystem::path kernel_cache_dir() { return files::cache_path("CUTRAIN_KERNEL_CACHE", "kernels"); }
+inline std::filesystem::path kernel_cache_dir() { return files::cache_path(config()->kernel_cache, "kernels"); }
 
 // The cache key: a hash of the source, NVRTC's version, the target and the options.
 inline std::string cache_key(const Program& p, const Target& t) {
@@ -155,8 +156,8 @@ struct Image {
 // up there (by the same file name) and copied in before NVRTC is asked.
 inline std::vector<std::filesystem::path> kernel_seed_dirs() {
   std::vector<std::filesystem::path> dirs;
-  const char* v = std::getenv("CUTRAIN_KERNEL_SEED");
-  for (std::string_view rest = v ? v : ""; !rest.empty();) {
+  const auto c = config();
+  for (std::string_view rest = c->kernel_seed; !rest.empty();) {
     const std::size_t colon = std::min(rest.find(':'), rest.size());
     if (colon > 0) dirs.emplace_back(std::string(rest.substr(0, colon)));
     rest.remove_prefix(std::min(colon + 1, rest.size()));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+#include "cutrain/core/config.hpp"
 
 #include <unistd.h>
 
@@ -146,7 +147,7 @@ inline bool writable_dir(const std::filesystem::path& dir) {
 inline std::size_t prefetch(const std::vector<Program>& programs, int arch, int threads = 0) {
   CUTRAIN_REQUIRE(threads >= 0 && threads <= 64, InvalidArgument, "cuda::kernels::prefetch", "threads ", threads,
                   " must be 0 (automatic) to 64");
-  if (const char* v = std::getenv("CUTRAIN_KERNEL_PREFETCH"); v && std::string_view(v) == "0") return 0;
+  if (!config()->kernel_prefetch) return 0;
   const auto dir = kernel_cache_dir();
   if (dir.empty() || !detail::writable_dir(dir)) return 0;
   const Target target = target_for(arch);
@@ -207,20 +208,21 @@ inline std::size_t prefetch(const std::vector<Program>& programs, int arch, int 
   return jobs->size();
 }
 
-// Points CUTRAIN_KERNEL_SEED at the seed directory that travels with the running program, where
-// it is unset: `kernels` beside the executable or beside its directory (the build's build/kernels
-// for build/examples/NAME). Returns the directory, or an empty path where there is none (or the
-// variable was set). For programs' main(), before their first launch and before any thread that
-// may read the environment starts (cuda::warm_start's, prefetch's): setenv is not thread-safe.
-inline std::filesystem::path use_seed_beside_program() {
-  if (std::getenv("CUTRAIN_KERNEL_SEED")) return {};
+// Points config()->kernel_seed at the seed directory that travels with the running program,
+// where it is empty: `kernels` beside the executable or beside its directory (the build's
+// build/kernels for build/examples/NAME), for as long as the returned override lives (main()
+// keeps it). It changes nothing where there is no such directory or a seed was configured
+// (CUTRAIN_KERNEL_SEED). *dir, when given, is set to the directory (or to empty).
+inline ConfigOverride use_seed_beside_program(std::filesystem::path* dir = nullptr) {
+  if (dir) dir->clear();
+  if (!config()->kernel_seed.empty()) return {};
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
-  for (const auto& dir : {exe.parent_path() / "kernels", exe.parent_path().parent_path() / "kernels"})
-    if (std::filesystem::is_directory(dir, ec)) {
-      ::setenv("CUTRAIN_KERNEL_SEED", dir.c_str(), 0);
-      return dir;
+  for (const auto& d : {exe.parent_path() / "kernels", exe.parent_path().parent_path() / "kernels"})
+    if (std::filesystem::is_directory(d, ec)) {
+      if (dir) *dir = d;
+      return ConfigOverride([&](Config& c) { c.kernel_seed = d.string(); });
     }
   return {};
 }
