@@ -27,6 +27,15 @@ inline double dot(const Tensor<double>& a, const Tensor<double>& b) {
   return s;
 }
 
+// max |a - b| over the elements in logical order (any layouts; the shapes must agree).
+inline double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto x = a.contiguous(Layout::row_major), y = b.contiguous(Layout::row_major);
+  double m = 0;
+  for (std::int64_t i = 0; i < x.numel(); ++i) m = std::max(m, std::abs(x.flat(i) - y.flat(i)));
+  return m;
+}
+
 struct GradcheckResult {
   double max_abs_err = 0;
   double max_rel_err = 0;

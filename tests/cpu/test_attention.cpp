@@ -85,13 +85,6 @@ Tensor<double> composed(const Case& c, const Tensor<double>& q, const Tensor<dou
   return ops::mul(ops::matmul(ops::mul(ops::softmax_forward(s, -1), d), vr), r);
 }
 
-double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto va = a.to_vector(), vb = b.to_vector();
-  double m = 0;
-  for (std::size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
 
 }  // namespace
 

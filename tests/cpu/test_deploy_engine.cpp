@@ -3,6 +3,7 @@
 // exercised), what was folded and fused, the batch range, the memory plan (no two values that
 // live at once share a byte; the arena below the sum), and bad inputs.
 #include "bad_input.hpp"
+#include "gradcheck.hpp"
 
 #include <algorithm>
 #include <string>
@@ -42,13 +43,6 @@ Tensor<double> reference(nn::Sequential<double>& net, const Tensor<double>& x) {
   return net(x).value().contiguous(Layout::row_major);
 }
 
-double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto x = a.contiguous(Layout::row_major), y = b.contiguous(Layout::row_major);
-  double m = 0;
-  for (std::int64_t i = 0; i < x.numel(); ++i) m = std::max(m, std::abs(x.flat(i) - y.flat(i)));
-  return m;
-}
 
 struct Twice {  // a module the engine does not know
   template <class T>

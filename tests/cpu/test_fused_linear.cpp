@@ -21,14 +21,6 @@ using autograd::Var;
 
 namespace {
 
-double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto va = a.to_vector(), vb = b.to_vector();
-  double m = 0;
-  for (std::size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
-
 Var<double> leaf(const Tensor<double>& t) { return autograd::parameter(t.clone()); }
 
 struct Mlp {

@@ -24,13 +24,6 @@ using autograd::Var;
 namespace {
 Tensor<std::int32_t> tokens(const std::vector<std::int32_t>& v, Shape s) { return Tensor<std::int32_t>::from_vector(v, s); }
 
-double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto va = a.to_vector(), vb = b.to_vector();
-  double m = 0;
-  for (std::size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
 }  // namespace
 
 TEST_CASE("nn::Embedding looks rows up and sums their gradients", "[transformer]") {

@@ -105,6 +105,50 @@ void bias_grad_by_matmul(const Tensor<T>& dy, std::int64_t ld_dy, Tensor<T>& db,
   run(p, s, device, dy.data(), one, db.data(), nullptr, op);
 }
 
+// The forward matmul, y [N, out] = x w^T (+ the epilogue), for readable w, x and y. Row-major to
+// column-major: cuBLASLt sees row-major y [N, out] as y^T (out x N), and y^T = w x^T. Row-major
+// w [out, in] is, column-major, the in x out matrix w^T, so op(A) = T gives w (out x in);
+// row-major x [N, in] is the in x N matrix x^T, taken as is (op(B) = N). So m = out, n = N,
+// k = in. The bias epilogues add a vector of D's row count (m = out) to every column (every
+// sample): exactly b[o] added to y[n, o].
+template <class T>
+MatmulSpec fprop_spec(const Tensor<T>& ws, const Tensor<T>& xs, const Tensor<T>& y, cublasLtEpilogue_t epilogue) {
+  MatmulSpec s = spec_for<T>("fprop", epilogue);
+  s.transa = CUBLAS_OP_T;
+  s.transb = CUBLAS_OP_N;
+  s.m = static_cast<std::uint64_t>(ws.dim(0));
+  s.n = static_cast<std::uint64_t>(xs.dim(0));
+  s.k = static_cast<std::uint64_t>(ws.dim(1));
+  s.lda = row_stride(ws);
+  s.ldb = row_stride(xs);
+  s.ldd = row_stride(y);
+  s.align_a = alignment(ws.data());
+  s.align_b = alignment(xs.data());
+  s.align_d = alignment(y.data());
+  return s;
+}
+
+// The input-gradient matmul, dx [N, in] = dy w (+ the epilogue), for readable w and dy: row-major
+// dx [N, in] is, column-major, dx^T (in x N) = w^T dy^T. Row-major w [out, in] is the in x out
+// matrix w^T as stored (op(A) = N), row-major dy [N, out] the out x N matrix dy^T (op(B) = N):
+// m = in, n = N, k = out.
+template <class T>
+MatmulSpec dgrad_spec(const Tensor<T>& ws, const Tensor<T>& dys, const Tensor<T>& dx, cublasLtEpilogue_t epilogue) {
+  MatmulSpec s = spec_for<T>("dgrad", epilogue);
+  s.transa = CUBLAS_OP_N;
+  s.transb = CUBLAS_OP_N;
+  s.m = static_cast<std::uint64_t>(ws.dim(1));
+  s.n = static_cast<std::uint64_t>(dys.dim(0));
+  s.k = static_cast<std::uint64_t>(ws.dim(0));
+  s.lda = row_stride(ws);
+  s.ldb = row_stride(dys);
+  s.ldd = row_stride(dx);
+  s.align_a = alignment(ws.data());
+  s.align_b = alignment(dys.data());
+  s.align_d = alignment(dx.data());
+  return s;
+}
+
 }  // namespace detail
 
 // y = act(x w^T + bias [+ residual]) with the bias (when defined) and act fused into the matmul's
@@ -170,23 +214,7 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& bia
 
   const Tensor<T> xs = readable(x), ws = readable(w);
   const Tensor<T> bs = has_bias ? readable(bias) : Tensor<T>{};
-  // Row-major to column-major: cuBLASLt sees row-major y [N, out] as y^T (out x N), and
-  // y^T = w x^T. Row-major w [out, in] is, column-major, the in x out matrix w^T, so op(A) = T
-  // gives w (out x in); row-major x [N, in] is the in x N matrix x^T, taken as is (op(B) = N).
-  // So m = out, n = N, k = in. The bias epilogues add a vector of D's row count (m = out) to
-  // every column (every sample): exactly b[o] added to y[n, o].
-  MatmulSpec s = spec_for<T>("fprop", epilogue);
-  s.transa = CUBLAS_OP_T;
-  s.transb = CUBLAS_OP_N;
-  s.m = static_cast<std::uint64_t>(out);
-  s.n = static_cast<std::uint64_t>(N);
-  s.k = static_cast<std::uint64_t>(in);
-  s.lda = row_stride(ws);
-  s.ldb = row_stride(xs);
-  s.ldd = row_stride(y);
-  s.align_a = alignment(ws.data());
-  s.align_b = alignment(xs.data());
-  s.align_d = alignment(y.data());
+  MatmulSpec s = fprop_spec(ws, xs, y, epilogue);
   if (has_bias) s.align_bias = alignment(bs.data());
   if (residual) {  // C: column-major out x N, as D
     s.ldc = row_stride(*residual);
@@ -248,22 +276,8 @@ void linear_backward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>& dy
   }
   const Tensor<T> xs = readable(x), ws = readable(w);
 
-  // dx: row-major dx [N, in] is, column-major, dx^T (in x N) = w^T dy^T. Row-major w [out, in]
-  // is the in x out matrix w^T as stored (op(A) = N), row-major dy [N, out] the out x N matrix
-  // dy^T (op(B) = N): m = in, n = N, k = out.
   if (want_dx) {
-    MatmulSpec s = spec_for<T>("dgrad", CUBLASLT_EPILOGUE_DEFAULT);
-    s.transa = CUBLAS_OP_N;
-    s.transb = CUBLAS_OP_N;
-    s.m = static_cast<std::uint64_t>(in);
-    s.n = static_cast<std::uint64_t>(N);
-    s.k = static_cast<std::uint64_t>(out);
-    s.lda = row_stride(ws);
-    s.ldb = row_stride(dys);
-    s.ldd = row_stride(dx);
-    s.align_a = alignment(ws.data());
-    s.align_b = alignment(dys.data());
-    s.align_d = alignment(dx.data());
+    const MatmulSpec s = dgrad_spec(ws, dys, dx, CUBLASLT_EPILOGUE_DEFAULT);
     MatmulPlan& p = cached_plan(dev.index, s, nullptr, op);
     CUTRAIN_REQUIRE(p.found, NotImplemented, op, "cuBLASLt has no algorithm for ", s.describe(), " with dy ",
                     dy.describe(), ", w ", w.describe());
@@ -332,20 +346,9 @@ bool linear_gelu_forward(const Tensor<T>& x, const Tensor<T>& w, const Tensor<T>
   cutrain::detail::DeviceGuard guard(dev.index);
   const Tensor<T> xs = readable(x), ws = readable(w);
   const Tensor<T> bs = has_bias ? readable(bias) : Tensor<T>{};
-  // As linear_forward: m = out, n = N, k = in; z is D's shape (out x N, column-major).
-  MatmulSpec s = spec_for<T>("fprop", has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
-  s.transa = CUBLAS_OP_T;
-  s.transb = CUBLAS_OP_N;
-  s.m = static_cast<std::uint64_t>(out);
-  s.n = static_cast<std::uint64_t>(N);
-  s.k = static_cast<std::uint64_t>(in);
-  s.lda = row_stride(ws);
-  s.ldb = row_stride(xs);
-  s.ldd = row_stride(y);
+  // z is D's shape (out x N, column-major).
+  MatmulSpec s = fprop_spec(ws, xs, y, has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
   s.ld_aux = row_stride(z);
-  s.align_a = alignment(ws.data());
-  s.align_b = alignment(xs.data());
-  s.align_d = alignment(y.data());
   s.align_aux = alignment(z.data());
   if (has_bias) s.align_bias = alignment(bs.data());
   MatmulPlan& p = cached_plan(dev.index, s, has_bias ? bs.data() : nullptr, op);
@@ -376,20 +379,9 @@ bool linear_dgrad_gelu(const Tensor<T>& w, const Tensor<T>& dy, const Tensor<T>&
   if (N == 0 || in == 0 || out == 0 || row_stride(z) % 8 != 0) return N == 0 || in == 0;
   cutrain::detail::DeviceGuard guard(dev.index);
   const Tensor<T> ws = readable(w), dys = readable(dy);
-  // As linear_backward's dx: m = in, n = N, k = out; z is D's shape (in x N, column-major).
-  MatmulSpec s = spec_for<T>("dgrad", CUBLASLT_EPILOGUE_DGELU);
-  s.transa = CUBLAS_OP_N;
-  s.transb = CUBLAS_OP_N;
-  s.m = static_cast<std::uint64_t>(in);
-  s.n = static_cast<std::uint64_t>(N);
-  s.k = static_cast<std::uint64_t>(out);
-  s.lda = row_stride(ws);
-  s.ldb = row_stride(dys);
-  s.ldd = row_stride(dz);
+  // z is D's shape (in x N, column-major).
+  MatmulSpec s = dgrad_spec(ws, dys, dz, CUBLASLT_EPILOGUE_DGELU);
   s.ld_aux = row_stride(z);
-  s.align_a = alignment(ws.data());
-  s.align_b = alignment(dys.data());
-  s.align_d = alignment(dz.data());
   s.align_aux = alignment(z.data());
   MatmulPlan& p = cached_plan(dev.index, s, nullptr, op);
   if (!p.found) return false;
