@@ -42,6 +42,7 @@ double ref_binary(BinaryOp op, double a, double b) {
     case BinaryOp::div: return a / b;
     case BinaryOp::minimum: return std::isnan(a) || std::isnan(b) ? NAN : (b < a ? b : a);
     case BinaryOp::maximum: return std::isnan(a) || std::isnan(b) ? NAN : (b > a ? b : a);
+    case BinaryOp::pow: return std::pow(a, b);
   }
   return 0;
 }
@@ -94,6 +95,43 @@ TEST_CASE("broadcast: binary values against the reference, every shape pair") {
     require_close(ops::minimum(a, b), reference(BinaryOp::minimum, a, b, p.out), 1e-15);
     require_close(ops::maximum(a, b), reference(BinaryOp::maximum, a, b, p.out), 1e-15);
   }
+}
+
+TEST_CASE("broadcast: pow with a tensor exponent, values, gradients and PyTorch's zeros") {
+  Rng rng(9);
+  for (const auto& p : pairs) {
+    // Positive bases (a negative one with a fractional exponent is NaN), exponents of both signs.
+    auto a = away_from_zero(p.a, rng, /*positive=*/true), b = away_from_zero(p.b, rng);
+    INFO("pow " << p.a << " " << p.b);
+    require_close(ops::pow(a, b), reference(BinaryOp::pow, a, b, p.out), 1e-15);
+    auto r = random(p.out, rng);
+    auto g = ops::pow_backward(a, b, r);
+    auto f = [&] { return ops::pow(a, b); };
+    const std::string n = detail::cat("pow ", p.a, " vs ", p.b);
+    gradcheck(n + " da", a, f, g.da, r);
+    gradcheck(n + " db", b, f, g.db, r);
+  }
+  // 0^2, 0^0, 2^0, (-2)^3, (-2)^2: values as std::pow; da is 0 where b is 0, db 0 where a is 0
+  // and b >= 0, and a^b log a (NaN for a negative a) elsewhere, as PyTorch.
+  const auto a = Tensor<double>::from_vector({0, 0, 2, -2, -2}, {5});
+  const auto b = Tensor<double>::from_vector({2, 0, 0, 3, 2}, {5});
+  require_close(ops::pow(a, b), {0, 1, 1, -8, 4}, 0);
+  const auto g = ops::pow_backward(a, b, Tensor<double>::full({5}, 1.0));
+  require_close(g.da, {0, 0, 0, 12, -4}, 1e-15);
+  const auto db = g.db.to_vector();
+  CHECK(db[0] == 0);
+  CHECK(db[1] == 0);
+  CHECK(db[2] == Approx(std::log(2.0)).epsilon(1e-15));
+  CHECK(std::isnan(db[3]));
+  CHECK(std::isnan(db[4]));
+  // Through autograd, both inputs get gradients.
+  auto va = autograd::parameter(Tensor<double>::from_vector({1.5, 2.0}, {2}));
+  auto vb = autograd::parameter(Tensor<double>::from_vector({2.0, -1.0}, {2}));
+  autograd::pow(va, vb).backward(Tensor<double>::full({2}, 1.0));
+  require_close(va.grad(), {2 * 1.5, -1.0 / 4.0}, 1e-15);
+  require_close(vb.grad(), {2.25 * std::log(1.5), 0.5 * std::log(2.0)}, 1e-15);
+  CUTRAIN_REQUIRE_THROWS_OP(ops::pow(Tensor<double>::zeros({2, 3}), Tensor<double>::zeros({4})), InvalidArgument,
+                            "pow");
 }
 
 TEST_CASE("broadcast: strided inputs (transpose, step slice, expand views) read in place") {

@@ -120,6 +120,22 @@ void check_binary(const std::string& tag) {
         check_close(name + " db", g.db, gr.db, tol);
       }
     }
+    // pow with a tensor exponent: positive bases (a negative one with a fractional exponent is
+    // NaN on both sides), exponents of both signs.
+    for (Kind ka : all_kinds) {
+      const Kind kb = all_kinds[(static_cast<int>(ka) + 1) % 4];
+      const std::string name = tag + " pow " + p.a.str() + " " + kind_name(ka) + " vs " + p.b.str() + " " + kind_name(kb);
+      INFO(name);
+      const auto a = make_input<T>(p.a, rng, ka, Values::positive);
+      const auto b = make_input<T>(p.b, rng, kb, Values::away);
+      check_close(name + " forward", ops::pow(a.x, b.x), ops::pow(a.ref, b.ref));
+      const auto dy = make_input<T>(out, rng, Kind::contiguous);
+      const auto g = ops::pow_backward(a.x, b.x, dy.x);
+      const auto gr = ops::pow_backward(a.ref, b.ref, dy.ref);
+      const double tol = std::is_same_v<T, float> ? 1e-5 : 2e-2;
+      check_close(name + " da", g.da, gr.da, tol);
+      check_close(name + " db", g.db, gr.db, tol);
+    }
     // add and multiply (the long names) broadcast the same way.
     const auto a = make_input<T>(p.a, rng, Kind::contiguous), b = make_input<T>(p.b, rng, Kind::sliced);
     check_close(tag + " add " + p.a.str() + p.b.str(), ops::add(a.x, b.x), ops::add(a.ref, b.ref));

@@ -64,11 +64,13 @@ T binary_value(BinaryOp op, T a, T b) {
     case BinaryOp::div: return a / b;
     case BinaryOp::minimum:
     case BinaryOp::maximum: return picks_b(op, a, b) ? b : a;
+    case BinaryOp::pow: return std::pow(a, b);
   }
   return T(0);
 }
 
-// d(a op b)/da (which == 0) or d/db (which == 1).
+// d(a op b)/da (which == 0) or d/db (which == 1). pow, as PyTorch: d/da is 0 where b is 0, d/db
+// is 0 where a is 0 and b >= 0 (else a^b log a: NaN for a negative a).
 template <class T>
 T binary_derivative(BinaryOp op, T a, T b, int which) {
   switch (op) {
@@ -78,6 +80,9 @@ T binary_derivative(BinaryOp op, T a, T b, int which) {
     case BinaryOp::div: return which == 0 ? T(1) / b : -a / (b * b);
     case BinaryOp::minimum:
     case BinaryOp::maximum: return (picks_b(op, a, b) == (which == 1)) ? T(1) : T(0);
+    case BinaryOp::pow:
+      if (which == 0) return b == T(0) ? T(0) : b * std::pow(a, b - T(1));
+      return a == T(0) && b >= T(0) ? T(0) : std::pow(a, b) * std::log(a);
   }
   return T(0);
 }

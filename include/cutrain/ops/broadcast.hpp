@@ -131,6 +131,9 @@ template <class T> Tensor<T> div(const Tensor<T>& a, const Tensor<T>& b) { retur
 // NaN in either input is the result.
 template <class T> Tensor<T> minimum(const Tensor<T>& a, const Tensor<T>& b) { return binary(BinaryOp::minimum, a, b); }
 template <class T> Tensor<T> maximum(const Tensor<T>& a, const Tensor<T>& b) { return binary(BinaryOp::maximum, a, b); }
+// a^b elementwise, the exponent a tensor (broadcast); pow(x, double) below takes a scalar one.
+// Outside the real domain (a negative a, a fractional b) the result is NaN, as std::pow gives.
+template <class T> Tensor<T> pow(const Tensor<T>& a, const Tensor<T>& b) { return binary(BinaryOp::pow, a, b); }
 
 // Gradients of y = a op b for dy of y's (broadcast) shape: da of a's shape and db of b's, each
 // row-major, each a new tensor; one not asked for (need_a / need_b false) stays undefined. op:
@@ -141,7 +144,8 @@ BinaryBackward<T> binary_backward(BinaryOp kind, const Tensor<T>& a, const Tenso
   if (op.empty())
     op = kind == BinaryOp::add ? "add_backward" : kind == BinaryOp::sub ? "sub_backward"
                               : kind == BinaryOp::mul ? "mul_backward" : kind == BinaryOp::div ? "div_backward"
-                              : kind == BinaryOp::minimum ? "minimum_backward" : "maximum_backward";
+                              : kind == BinaryOp::minimum ? "minimum_backward"
+                              : kind == BinaryOp::maximum ? "maximum_backward" : "pow_backward";
   const Shape shape = detail::binary_shape(op, a, "a", b, "b");
   detail::check_output_grad(op, dy, shape, a);
   BinaryBackward<T> g;
@@ -170,6 +174,11 @@ BinaryBackward<T> minimum_backward(const Tensor<T>& a, const Tensor<T>& b, const
 template <class T>
 BinaryBackward<T> maximum_backward(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& dy) {
   return binary_backward(BinaryOp::maximum, a, b, dy);
+}
+// da = dy b a^(b-1) (0 where b is 0), db = dy a^b log a (0 where a is 0 and b >= 0), as PyTorch.
+template <class T>
+BinaryBackward<T> pow_backward(const Tensor<T>& a, const Tensor<T>& b, const Tensor<T>& dy) {
+  return binary_backward(BinaryOp::pow, a, b, dy);
 }
 
 // ---- unary -----------------------------------------------------------------------------------

@@ -73,6 +73,8 @@ template <class T>
 Var<T> maximum(const Var<T>& a, const Var<T>& b) {
   return detail::binary_var(BinaryOp::maximum, "autograd::maximum", a, b);
 }
+// a^b with a tensor exponent (broadcast); both get gradients (ops::pow_backward's conventions).
+template <class T> Var<T> pow(const Var<T>& a, const Var<T>& b) { return detail::binary_var(BinaryOp::pow, "autograd::pow", a, b); }
 
 template <class T> Var<T> operator-(const Var<T>& a, const Var<T>& b) { return sub(a, b); }
 template <class T> Var<T> operator/(const Var<T>& a, const Var<T>& b) { return div(a, b); }

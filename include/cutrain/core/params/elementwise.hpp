@@ -19,12 +19,12 @@ namespace cutrain::inline CUTRAIN_ABI {
 // The highest rank a broadcasting op takes (the GPU kernels' fixed-size index arrays).
 inline constexpr int max_broadcast_rank = 8;
 
-enum class BinaryOp { add = 0, sub = 1, mul = 2, div = 3, minimum = 4, maximum = 5 };
+enum class BinaryOp { add = 0, sub = 1, mul = 2, div = 3, minimum = 4, maximum = 5, pow = 6 };
 enum class UnaryOp { exp = 0, log = 1, sqrt = 2, rsqrt = 3, neg = 4, abs = 5, pow = 6 };
 enum class CompareOp { eq = 0, ne = 1, lt = 2, le = 3, gt = 4, ge = 5 };
 
 inline constexpr std::string_view to_string(BinaryOp o) {
-  constexpr std::string_view names[] = {"add", "sub", "mul", "div", "minimum", "maximum"};
+  constexpr std::string_view names[] = {"add", "sub", "mul", "div", "minimum", "maximum", "pow"};
   return names[static_cast<int>(o)];
 }
 inline constexpr std::string_view to_string(UnaryOp o) {

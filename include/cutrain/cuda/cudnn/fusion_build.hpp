@@ -72,6 +72,7 @@ inline fe::PointwiseMode_t binary_mode(BinaryOp op) {
     case BinaryOp::div: return M::DIV;
     case BinaryOp::minimum: return M::MIN;
     case BinaryOp::maximum: return M::MAX;
+    case BinaryOp::pow: return M::POW;
   }
   return M::ADD;
 }

@@ -44,17 +44,21 @@ __device__ __forceinline__ float bcast_binary_value(int op, float a, float b) {
     case 1: return a - b;
     case 2: return a * b;
     case 3: return a / b;
+    case 6: return powf(a, b);
     default: return bcast_picks_b(op, a, b) ? b : a;
   }
 }
 
-// d(a op b)/da (which 0) or /db (which 1).
+// d(a op b)/da (which 0) or /db (which 1); pow's as cpu/broadcast.hpp's (PyTorch's zeros).
 __device__ __forceinline__ float bcast_binary_derivative(int op, float a, float b, int which) {
   switch (op) {
     case 0: return 1.0f;
     case 1: return which == 0 ? 1.0f : -1.0f;
     case 2: return which == 0 ? b : a;
     case 3: return which == 0 ? 1.0f / b : -a / (b * b);
+    case 6:
+      if (which == 0) return b == 0.0f ? 0.0f : b * powf(a, b - 1.0f);
+      return a == 0.0f && b >= 0.0f ? 0.0f : powf(a, b) * logf(a);
     default: return (bcast_picks_b(op, a, b) == (which == 1)) ? 1.0f : 0.0f;
   }
 }
