@@ -252,6 +252,7 @@ class Tensor {
     CUTRAIN_REQUIRE(src.shape() == shape_, InvalidArgument, "Tensor::copy_from", "source ", src.describe(),
                     " and destination ", describe(), " differ in shape");
     storage_->bump_version();
+    if (numel() == 0) return;  // nothing to copy (and an empty tensor's data may be null)
     if (device().is_cpu() && src.device().is_cpu()) {
       T* dst = data();
       const T* s = src.data();

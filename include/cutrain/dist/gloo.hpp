@@ -22,6 +22,8 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,6 +54,30 @@ struct GlooOptions {
 };
 
 namespace detail {
+
+// SIGPIPE blocked in this thread for the scope. Gloo writes to its sockets with writev, and a
+// write to a peer that has died raises SIGPIPE, whose default action ends the process: the
+// surviving rank would vanish instead of throwing DistError. Threads started within the scope
+// (Gloo's device loop, the group's worker) inherit the mask, so their writes fail with EPIPE and
+// Gloo reports the peer; the process's own SIGPIPE handling is left as it is.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    blocked_ = pthread_sigmask(SIG_BLOCK, &s, &old_) == 0;
+  }
+  ~SigpipeBlocked() {
+    if (blocked_) pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t old_{};
+  bool blocked_ = false;
+};
 
 // Gloo's rendezvous store, on a dist::Store.
 class GlooStore : public ::gloo::rendezvous::Store {
@@ -138,6 +164,7 @@ class GlooGroup final : public ProcessGroup {
     CUTRAIN_REQUIRE(opts.timeout.count() > 0, InvalidArgument, "dist::GlooGroup", "timeout must be positive, got ",
                     opts.timeout.count(), " ms");
     if (size_ == 1) return;
+    const detail::SigpipeBlocked no_sigpipe;  // in Gloo's threads, started below
     try {
       ::gloo::transport::tcp::attr attr(
           (opts.hostname.empty() ? detail::local_address_towards(store.env().master_addr, store.env().master_port)
