@@ -54,11 +54,12 @@ class TransformerBlock : public Module<TransformerBlock<T>, T> {
                     InvalidArgument, "nn::TransformerBlock", "x must be [B, S, C] with C = ", ln1.weight.value().dim(0),
                     ", got ", x.defined() ? x.value().describe() : std::string("an undefined Var"));
     const std::int64_t b = x.value().dim(0), s = x.value().dim(1), c = x.value().dim(2);
-    // Both residual adds ride on a matmul (the attention's projection, fc2: linear_residual).
+    // Both residual adds ride on a matmul (the attention's projection, fc2), and the MLP is one
+    // op (autograd::gelu_mlp: the GELU in fc1's epilogue, its gradient in fc2's).
     const Var<X> h = attn(ln1(x), x);
-    const Var<X> flat = autograd::reshape(ln2(h), Shape{b * s, c});
-    const Var<X> mlp =
-        fc2.forward_residual(autograd::gelu(fc1(flat), /*tanh_approximation=*/true), autograd::reshape(h, Shape{b * s, c}));
+    const Var<X> mlp = autograd::gelu_mlp(autograd::reshape(ln2(h), Shape{b * s, c}), autograd::cast<X>(fc1.weight),
+                                          autograd::cast<X>(fc1.bias), autograd::cast<X>(fc2.weight),
+                                          autograd::cast<X>(fc2.bias), autograd::reshape(h, Shape{b * s, c}));
     return autograd::reshape(mlp, Shape{b, s, c});
   }
 
