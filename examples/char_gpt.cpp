@@ -248,6 +248,17 @@ void sync([[maybe_unused]] Device dev) {
 #endif
 }
 
+// The device memory this process holds (CUDA's total minus free: the caching allocator's blocks,
+// plans' workspaces and the context), in MiB; 0 on the CPU. Flat over a long run means no leak.
+double device_mib([[maybe_unused]] Device dev) {
+#ifdef CUTRAIN_WITH_CUDA
+  std::size_t free_b = 0, total_b = 0;
+  if (dev.is_cuda() && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+    return static_cast<double>(total_b - free_b) / (1 << 20);
+#endif
+  return 0;
+}
+
 // Copies one loss value into slot k of losses, in stream order (no host read per step).
 void record_loss(Tensor<float>& losses, std::int64_t k, const Tensor<float>& loss) {
   copy_bytes(losses.data() + k, losses.device(), loss.data(), loss.device(), sizeof(float));
@@ -304,7 +315,11 @@ int main(int argc, char** argv) {
     Rng sampler(rank_seed(args.seed));
 
     std::int64_t step = 0;
-    std::vector<std::pair<std::int64_t, double>> evals;  // (step, val loss)
+    struct Eval {
+      std::int64_t step;
+      double train, val, device_mib;
+    };
+    std::vector<Eval> evals;
     if (args.resume) {
       const auto ck = Checkpoint::load(args.checkpoint);
       for (const auto& [k, v] : run_shape(args))
@@ -424,10 +439,12 @@ int main(int argc, char** argv) {
         window_loss = 0;
         for (float l : losses.slice(0, 0, window_steps).to_vector()) window_loss += l;
         const double val = evaluate(gpt, corpus, args, dev);
-        evals.emplace_back(step, val);
-        std::printf("%sstep %lld: train loss %.4f, val loss %.4f, %.3f bits/char, %.0f tokens/s\n", tty ? "\n" : "",
+        evals.push_back({step, window_loss / window_steps, val, device_mib(dev)});
+        std::printf("%sstep %lld: train loss %.4f, val loss %.4f, %.3f bits/char, %.0f tokens/s", tty ? "\n" : "",
                     static_cast<long long>(step), window_loss / window_steps, val, val / std::numbers::ln2,
                     static_cast<double>(tokens) / train_s);
+        if (dev.is_cuda()) std::printf(", device memory %.0f MiB", evals.back().device_mib);
+        std::printf("\n");
         std::fflush(stdout);
         window_loss = 0;
         window_steps = 0;
@@ -460,7 +477,7 @@ int main(int argc, char** argv) {
                              step_ms.end());
     std::nth_element(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(tail.size() / 2), tail.end());
     const double median = tail.empty() ? 0 : tail[tail.size() / 2];
-    const double val = evals.empty() ? 0 : evals.back().second;
+    const double val = evals.empty() ? 0 : evals.back().val;
     std::printf("final val loss %.4f, bpc %.3f, median step %.2f ms, %.0f tokens/s\n", val, val / std::numbers::ln2,
                 median, median > 0 ? static_cast<double>(args.batch * args.context * env.world_size) / (median / 1e3) : 0.0);
     if (!args.out.empty()) {
@@ -470,7 +487,8 @@ int main(int argc, char** argv) {
         << ", \"heads\": " << args.heads << ", \"dim\": " << args.dim << ", \"parameters\": " << gpt.parameter_count()
         << ", \"median_step_ms\": " << median << ", \"evals\": [";
       for (std::size_t i = 0; i < evals.size(); ++i)
-        o << (i ? ", " : "") << "{\"step\": " << evals[i].first << ", \"val_loss\": " << evals[i].second << "}";
+        o << (i ? ", " : "") << "{\"step\": " << evals[i].step << ", \"train_loss\": " << evals[i].train
+          << ", \"val_loss\": " << evals[i].val << ", \"device_mib\": " << evals[i].device_mib << "}";
       o << "]}\n";
       if (!o) throw IoError("char_gpt", "cannot write " + args.out);
     }
