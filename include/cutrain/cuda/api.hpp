@@ -87,19 +87,27 @@ template <GpuFloat T>
 [[nodiscard]] bool rms_norm_backward(const Tensor<T>& x, const Tensor<T>& dy, const Tensor<float>& gamma,
                                      const Tensor<float>& inv_rms, Tensor<T>& dx, Tensor<float>& dgamma);
 
-// attention.hpp: false where no engine runs the pattern (nothing ran).
+// attention.hpp: the diagonal band of an SDPA graph: causal, aligned top-left or bottom-right,
+// with a sliding window of `window` keys (0: none).
+struct AttentionBand {
+  bool causal = false, bottom_right = false;
+  std::int64_t window = 0;
+};
+// attention.hpp: false where no engine runs the pattern (nothing ran). bias: an additive bias
+// [B or 1, H or 1, Sq, Skv] of the scores, or undefined; dbias, if given, receives its gradient.
 template <GpuFloat T>
 [[nodiscard]] bool attention_forward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                      const Tensor<std::int32_t>& q_len, const Tensor<std::int32_t>& kv_len,
-                                     double scale, bool causal, double dropout, const Tensor<std::int32_t>& seed_offset,
-                                     Tensor<T>& o, Tensor<float>& stats, Tensor<float>* rng_dump = nullptr);
+                                     const Tensor<T>& bias, double scale, AttentionBand band, double dropout,
+                                     const Tensor<std::int32_t>& seed_offset, Tensor<T>& o, Tensor<float>& stats,
+                                     Tensor<float>* rng_dump = nullptr);
 template <GpuFloat T>
 [[nodiscard]] bool attention_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& o,
                                       const Tensor<T>& dout, const Tensor<float>& stats,
                                       const Tensor<std::int32_t>& q_len, const Tensor<std::int32_t>& kv_len,
-                                      double scale, bool causal, bool deterministic, double dropout,
-                                      const Tensor<std::int32_t>& seed_offset, Tensor<T>& dq, Tensor<T>& dk,
-                                      Tensor<T>& dv);
+                                      const Tensor<T>& bias, double scale, AttentionBand band, bool deterministic,
+                                      double dropout, const Tensor<std::int32_t>& seed_offset, Tensor<T>& dq,
+                                      Tensor<T>& dk, Tensor<T>& dv, Tensor<T>* dbias = nullptr);
 
 // fusion.hpp: a user's fusion graph as one cuDNN graph.
 template <GpuFloat T>

@@ -50,13 +50,14 @@ namespace cutrain::inline CUTRAIN_ABI::cuda {
   template bool cudnn::rms_norm_backward<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<float>&,                   \
                                             const Tensor<float>&, Tensor<T>&, Tensor<float>&);                          \
   template bool cudnn::attention_forward<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,                       \
-                                            const Tensor<std::int32_t>&, const Tensor<std::int32_t>&, double, bool,     \
-                                            double, const Tensor<std::int32_t>&, Tensor<T>&, Tensor<float>&,            \
-                                            Tensor<float>*);                                                            \
+                                            const Tensor<std::int32_t>&, const Tensor<std::int32_t>&, const Tensor<T>&, \
+                                            double, cudnn::AttentionBand, double, const Tensor<std::int32_t>&,          \
+                                            Tensor<T>&, Tensor<float>&, Tensor<float>*);                                \
   template bool cudnn::attention_backward<T>(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,    \
                                              const Tensor<T>&, const Tensor<float>&, const Tensor<std::int32_t>&,       \
-                                             const Tensor<std::int32_t>&, double, bool, bool, double,                   \
-                                             const Tensor<std::int32_t>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);          \
+                                             const Tensor<std::int32_t>&, const Tensor<T>&, double,                     \
+                                             cudnn::AttentionBand, bool, double, const Tensor<std::int32_t>&,           \
+                                             Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>*);                           \
   template void cudnn::fusion_forward<T>(const fusion::Graph&, std::uint64_t, const std::vector<Shape>&, bool,          \
                                          std::span<const cudnn::FusionTensor>, std::span<const cudnn::FusionTensor>,    \
                                          int);                                                                          \

@@ -1,7 +1,8 @@
 // scaled_dot_product_attention forward and backward: validate, then dispatch on the tensors'
 // device. CPU: cpu/attention.hpp. GPU: cuDNN's fused SDPA (cuda/cudnn/attention.hpp) in bf16 and
-// f16, else (f32, or a signature cuDNN has no engine for) the composition of matmuls in
-// ops/attention_composed.hpp. docs/ops/attention.md.
+// f16, else (f32, soft-capping, or a signature cuDNN has no engine for) the composition of
+// matmuls in ops/attention_composed.hpp. Bias and boolean mask: ops/attention_masks.hpp.
+// docs/ops/attention.md.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -15,6 +16,7 @@
 #include "cutrain/core/view.hpp"
 #include "cutrain/cpu/attention.hpp"
 #include "cutrain/ops/attention_composed.hpp"
+#include "cutrain/ops/attention_masks.hpp"
 #include "cutrain/ops/broadcast.hpp"
 #include "cutrain/ops/dispatch.hpp"
 
@@ -64,6 +66,10 @@ cpu::detail::AttentionGeometry attention_geometry(std::string_view op, const Ten
                   " (q ", q.describe(), ", k ", k.describe(), ")");
   g.scale = cutrain::detail::attention_scale(op, p, g.D);
   g.causal = p.causal;
+  cutrain::detail::attention_band(op, p);
+  g.bottom_right = p.align == CausalAlign::bottom_right;
+  g.window = p.window;
+  g.softcap = cutrain::detail::attention_softcap(op, p);
   g.dropout = cutrain::detail::attention_dropout(op, p);
   g.seed = p.seed;
   g.q_len = attention_lengths(op, lens.q, "lengths.q", g.B, g.Sq, dev);
@@ -84,6 +90,10 @@ inline void attention_check_mask(std::string_view op, const cpu::detail::Attenti
 }
 
 #ifdef CUTRAIN_WITH_CUDA
+inline cuda::cudnn::AttentionBand attention_band(const cpu::detail::AttentionGeometry& g) {
+  return {.causal = g.causal, .bottom_right = g.bottom_right, .window = g.window};
+}
+
 // t as cuDNN's SDPA takes it: last stride 1, the others multiples of 8 elements, 16-byte aligned
 // data (a view where t is one, else a row-major copy).
 template <class T>
@@ -151,19 +161,67 @@ inline Tensor<std::int32_t> attention_seed_offset(std::string_view op, const cpu
   return Tensor<std::int32_t>::from_vector({seed, 0, 0, 0, 0, 0, 0, 0}, Shape{8}).to(dev);
 }
 
-// The forward on cuDNN's SDPA (bf16, f16): false where it has no engine. rng_dump, if given,
-// receives cuDNN's dropout keep mask [B, H, Sq, Skv] (the GPU tests hand it to the CPU).
+// The forward on cuDNN's SDPA (bf16, f16): false where it has no engine, and with a soft-cap
+// (cuDNN takes one only as a score modifier, which excludes its masks). rng_dump, if given,
+// receives cuDNN's dropout keep mask [B, H, Sq, Skv] (the GPU tests hand it to the CPU). Where a
+// row may be left with no key the statistics are computed (stats or not) to find and zero it.
 template <class T>
 bool attention_forward_cudnn(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                              const cpu::detail::AttentionGeometry& g, const AttentionLengths& lens,
-                             AttentionForward<T, float>& r, Tensor<float>* rng_dump = nullptr, bool stats = true) {
+                             const AttentionMask<T>& masks, AttentionForward<T, float>& r,
+                             Tensor<float>* rng_dump = nullptr, bool stats = true) {
+  if (g.softcap > 0) return false;
+  const bool may_empty = attention_rows_may_empty(g, masks.any(), lens.any());
+  stats = stats || may_empty;
   const DeviceLengths dl = attention_device_lengths(g, lens, q.device());
   const Tensor<std::int32_t> seed = attention_seed_offset("scaled_dot_product_attention", g, q.device());
+  const Tensor<T> bias = attention_fused_bias(masks, q.device());
   r = {attention_like(q, g.Dv), stats ? Tensor<float>(Shape{g.B, g.H, g.Sq}, {.device = q.device()}) : Tensor<float>()};
   if (!cuda::cudnn::attention_forward(attention_operand(q), attention_operand(k), attention_operand(v), dl.q, dl.kv,
-                                      g.scale, g.causal, g.dropout, seed, r.o, r.stats, rng_dump))
+                                      bias.defined() ? attention_operand(bias) : Tensor<T>{}, g.scale,
+                                      attention_band(g), g.dropout, seed, r.o, r.stats, rng_dump))
     return false;
   r.o = attention_zero_padded(r.o, g.q_len);
+  if (may_empty)
+    r.o = ops::where(attention_rows_with_keys<T>(r.stats), r.o, Tensor<T>::zeros(Shape{1}, {.device = q.device()}));
+  return true;
+}
+
+// The backward on cuDNN's SDPA (bf16, f16) into r (dq, dk, dv laid out as q, k, v; dbias where
+// asked): false where it has no engine, or with a soft-cap. Rows with no key get the statistic
+// +inf (so p = 0 there: no gradient) and o zero.
+template <class T>
+bool attention_backward_cudnn(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const Tensor<T>& o,
+                              const Tensor<T>& dout, const Tensor<float>& stats,
+                              const cpu::detail::AttentionGeometry& g, const AttentionLengths& lens,
+                              const AttentionMask<T>& masks, bool deterministic, bool dbias, AttentionBackward<T>& r) {
+  constexpr std::string_view op = "scaled_dot_product_attention_backward";
+  if (g.softcap > 0) return false;
+  const Device dev = q.device();
+  const DeviceLengths dl = attention_device_lengths(g, lens, dev);
+  const Tensor<std::int32_t> seed = attention_seed_offset(op, g, dev);
+  const Tensor<T> bias = attention_fused_bias(masks, dev);
+  Tensor<float> st = contiguous_aligned(stats, Layout::row_major);
+  Tensor<T> oo = o.view();
+  if (attention_rows_may_empty(g, masks.any(), lens.any())) {
+    const Tensor<std::uint8_t> rows = attention_rows_with_keys<T>(stats);
+    const Tensor<float> inf = Tensor<float>::full(Shape{1}, std::numeric_limits<float>::infinity(), {.device = dev});
+    st = cutrain::reshape(ops::where(rows, cutrain::reshape(st, Shape{g.B, g.H, g.Sq, 1}), inf), Shape{g.B, g.H, g.Sq});
+    oo = ops::where(rows, o, Tensor<T>::zeros(Shape{1}, {.device = dev}));
+  }
+  r = {attention_like(q, g.D), attention_like(k, g.D), attention_like(v, g.Dv)};
+  const bool with_dbias = dbias && masks.bias.defined();
+  Tensor<T> dfb = with_dbias ? Tensor<T>(bias.shape(), {.device = dev}) : Tensor<T>{};
+  if (!cuda::cudnn::attention_backward(attention_operand(q), attention_operand(k), attention_operand(v),
+                                       attention_operand(oo), attention_operand(dout), st, dl.q, dl.kv,
+                                       bias.defined() ? attention_operand(bias) : Tensor<T>{}, g.scale,
+                                       attention_band(g), deterministic, g.dropout, seed, r.dq, r.dk, r.dv,
+                                       with_dbias ? &dfb : nullptr))
+    return false;
+  r.dq = attention_zero_padded(r.dq, g.q_len);
+  r.dk = attention_zero_padded(r.dk, g.kv_len);
+  r.dv = attention_zero_padded(r.dv, g.kv_len);
+  if (with_dbias) r.dbias = attention_dbias(dfb, masks.bias.shape());
   return true;
 }
 #endif
@@ -173,32 +231,35 @@ bool attention_forward_cudnn(const Tensor<T>& q, const Tensor<T>& k, const Tenso
 // (H a multiple of Hk: grouped-query attention), any strides. Returns o [B, H, Sq, Dv] (on the
 // GPU laid out as q is: [B, S, H, D] in memory for a permuted [B, S, H, D] q) and the log-sum-exp
 // statistics [B, H, Sq] the backward takes (f32 on the GPU). Masks: p.causal, and padding
-// lengths (read to the host to check them: not inside a CUDA-graph capture). Dropout on the
+// lengths (read to the host to check them: not inside a CUDA-graph capture), p.window, and the
+// bias and boolean mask `masks` (AttentionMask). Soft-capping: p.softcap. Dropout on the
 // probabilities: p.dropout, p.seed (AttentionParams; not inside a capture either).
 template <class T>
 AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(const Tensor<T>& q, const Tensor<T>& k,
                                                                             const Tensor<T>& v,
                                                                             const AttentionParams& p = {},
-                                                                            const AttentionLengths& lens = {}) {
+                                                                            const AttentionLengths& lens = {},
+                                                                            const AttentionMask<T>& masks = {}) {
   constexpr std::string_view op = "scaled_dot_product_attention";
   const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
+  detail::attention_check_masks(op, g, masks, q.device());
   const DropoutMask drawn_here = g.dropout > 0 ? DropoutMask::cutrain : DropoutMask::none;
   return detail::dispatch<AttentionForward<T, AttentionStats<T>>>(
       op,
       [&](const auto& q, const auto& k, const auto& v) {
-        auto r = cpu::attention_forward(q, k, v, g);
+        auto r = cpu::attention_forward(q, k, v, g, masks);
         r.mask = drawn_here;
         return r;
       },
       CUTRAIN_IF_CUDA([&](const auto& q, const auto& k, const auto& v) -> AttentionForward<T, float> {
         if constexpr (!std::is_same_v<T, float>) {
           AttentionForward<T, float> r;
-          if (detail::attention_forward_cudnn(q, k, v, g, lens, r)) {
+          if (detail::attention_forward_cudnn(q, k, v, g, lens, masks, r)) {
             r.mask = g.dropout > 0 ? DropoutMask::cudnn : DropoutMask::none;
             return r;
           }
         }
-        auto r = detail::attention_forward_composed(q, k, v, g);
+        auto r = detail::attention_forward_composed(q, k, v, g, masks);
         r.mask = drawn_here;
         return r;
       }),
@@ -210,7 +271,8 @@ AttentionForward<T, AttentionStats<T>> scaled_dot_product_attention_forward(cons
 // f16 on the GPU; elsewhere the forward's o.
 template <class T>
 Tensor<T> scaled_dot_product_attention_inference(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
-                                                 const AttentionParams& p = {}, const AttentionLengths& lens = {}) {
+                                                 const AttentionParams& p = {}, const AttentionLengths& lens = {},
+                                                 const AttentionMask<T>& masks = {}) {
   CUTRAIN_REQUIRE(p.dropout == 0, InvalidArgument, "scaled_dot_product_attention_inference",
                   "inference takes no dropout, got ", p);
 #ifdef CUTRAIN_WITH_CUDA
@@ -218,31 +280,35 @@ Tensor<T> scaled_dot_product_attention_inference(const Tensor<T>& q, const Tenso
     if (q.defined() && q.device().is_cuda()) {
       constexpr std::string_view op = "scaled_dot_product_attention_inference";
       const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
+      detail::attention_check_masks(op, g, masks, q.device());
       AttentionForward<T, float> r;
       bool ran = false;
       {
         profile::OpScope timed("scaled_dot_product_attention", q.device());
-        ran = detail::attention_forward_cudnn(q, k, v, g, lens, r, nullptr, false);
+        ran = detail::attention_forward_cudnn(q, k, v, g, lens, masks, r, nullptr, false);
       }
       if (ran) return std::move(r.o);
     }
   }
 #endif
-  return scaled_dot_product_attention_forward(q, k, v, p, lens).o;
+  return scaled_dot_product_attention_forward(q, k, v, p, lens, masks).o;
 }
 
 // dq, dk, dv (q's, k's and v's shapes; on the GPU laid out as they are) from the forward's o and
-// stats, the output gradient dout, and the forward's parameters and lengths; with dropout also
-// the forward's `mask` (AttentionForward::mask), so that the same generator redraws it.
+// stats, the output gradient dout, and the forward's parameters, lengths and masks; with dropout
+// also the forward's `mask` (AttentionForward::mask), so that the same generator redraws it.
+// dbias: also the bias's gradient (AttentionBackward::dbias, the bias's shape; needs masks.bias).
 template <class T>
 AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                                            const Tensor<T>& o, const Tensor<T>& dout,
                                                            const Tensor<AttentionStats<T>>& stats,
                                                            const AttentionParams& p = {},
                                                            const AttentionLengths& lens = {},
-                                                           DropoutMask mask = DropoutMask::none) {
+                                                           DropoutMask mask = DropoutMask::none,
+                                                           const AttentionMask<T>& masks = {}, bool dbias = false) {
   constexpr std::string_view op = "scaled_dot_product_attention_backward";
   const cpu::detail::AttentionGeometry g = detail::attention_geometry(op, q, k, v, p, lens);
+  detail::attention_check_masks(op, g, masks, q.device(), dbias);
   check::shape(op, o, Shape{g.B, g.H, g.Sq, g.Dv}, "o");
   check::shape(op, dout, Shape{g.B, g.H, g.Sq, g.Dv}, "dout");
   check::shape(op, stats, Shape{g.B, g.H, g.Sq}, "stats");
@@ -250,39 +316,29 @@ AttentionBackward<T> scaled_dot_product_attention_backward(const Tensor<T>& q, c
   return detail::dispatch<AttentionBackward<T>>(
       op,
       [&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& dout, const auto& stats) {
-        return cpu::attention_backward(q, k, v, o, dout, stats, g);
+        return cpu::attention_backward(q, k, v, o, dout, stats, g, masks, dbias);
       },
       CUTRAIN_IF_CUDA([&](const auto& q, const auto& k, const auto& v, const auto& o, const auto& dout,
                           const auto& stats) -> AttentionBackward<T> {
         if constexpr (!std::is_same_v<T, float>) {
-          if (mask == DropoutMask::cutrain) return detail::attention_backward_composed(q, k, v, o, dout, stats, g);
-          const detail::DeviceLengths dl = detail::attention_device_lengths(g, lens, q.device());
-          const Tensor<std::int32_t> seed = detail::attention_seed_offset(op, g, q.device());
-          AttentionBackward<T> r{detail::attention_like(q, g.D), detail::attention_like(k, g.D),
-                                 detail::attention_like(v, g.Dv)};
-          if (cuda::cudnn::attention_backward(detail::attention_operand(q), detail::attention_operand(k),
-                                              detail::attention_operand(v), detail::attention_operand(o),
-                                              detail::attention_operand(dout), detail::contiguous_aligned(stats, Layout::row_major),
-                                              dl.q, dl.kv, g.scale, g.causal, p.deterministic, g.dropout, seed,
-                                              r.dq, r.dk, r.dv)) {
-            r.dq = detail::attention_zero_padded(r.dq, g.q_len);
-            r.dk = detail::attention_zero_padded(r.dk, g.kv_len);
-            r.dv = detail::attention_zero_padded(r.dv, g.kv_len);
+          if (mask == DropoutMask::cutrain)
+            return detail::attention_backward_composed(q, k, v, o, dout, stats, g, masks, dbias);
+          AttentionBackward<T> r;
+          if (detail::attention_backward_cudnn(q, k, v, o, dout, stats, g, lens, masks, p.deterministic, dbias, r))
             return r;
-          }
         }
         CUTRAIN_REQUIRE(mask != DropoutMask::cudnn, NotImplemented, op,
                         "cuDNN drew the forward's dropout mask but has no backward engine for this signature (q ",
                         q.describe(), ", ", p, "); the composed backward would draw another mask");
-        return detail::attention_backward_composed(q, k, v, o, dout, stats, g);
+        return detail::attention_backward_composed(q, k, v, o, dout, stats, g, masks, dbias);
       }),
       q, k, v, o, dout, stats);
 }
 
 // The backward written into `into`: views of q's, k's and v's shapes on their device, any strides
 // (a fused QKV projection's gradient seen as three heads, say). On the GPU cuDNN's SDPA writes
-// them in place where it takes them as they are (bf16, f16, no padding lengths, strides as
-// attention_operand's); otherwise the gradients are computed as above and copied in.
+// them in place where it takes them as they are (bf16, f16, no padding lengths, no soft-cap,
+// strides as attention_operand's); otherwise the gradients are computed as above and copied in.
 template <class T>
 void scaled_dot_product_attention_backward_into(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                                                 const Tensor<T>& o, const Tensor<T>& dout,
@@ -306,11 +362,14 @@ void scaled_dot_product_attention_backward_into(const Tensor<T>& q, const Tensor
       (void)check::same_device(op, q, k, v, o, dout, stats);
       detail::attention_check_mask(op, g, mask, q.device());
       const Tensor<std::int32_t> seed = detail::attention_seed_offset(op, g, q.device());
-      if (cuda::cudnn::attention_backward(detail::attention_operand(q), detail::attention_operand(k),
+      // No soft-cap, and no row left without a key (whose statistic the backward would have to fix).
+      if (g.softcap == 0 && !detail::attention_rows_may_empty(g, false, false) &&
+          cuda::cudnn::attention_backward(detail::attention_operand(q), detail::attention_operand(k),
                                           detail::attention_operand(v), detail::attention_operand(o),
                                           detail::attention_operand(dout),
-                                          detail::contiguous_aligned(stats, Layout::row_major), {}, {}, g.scale,
-                                          g.causal, p.deterministic, g.dropout, seed, into.dq, into.dk, into.dv)) {
+                                          detail::contiguous_aligned(stats, Layout::row_major), {}, {}, {}, g.scale,
+                                          detail::attention_band(g), p.deterministic, g.dropout, seed, into.dq,
+                                          into.dk, into.dv)) {
         into.dq.bump_version();
         into.dk.bump_version();
         into.dv.bump_version();

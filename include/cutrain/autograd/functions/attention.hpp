@@ -1,12 +1,14 @@
 // Differentiable scaled dot-product attention on Var<T> (ops/attention.hpp). The node saves q,
 // k, v, the output o and the log-sum-exp statistics: the backward rebuilds the softmax from them
-// (flash-style), never the [Sq, Skv] probabilities. qkv_attention takes a fused QKV projection's
+// (flash-style), never the [Sq, Skv] probabilities. An additive bias is a fourth input (its
+// gradient where it requires one: a learned relative-position bias); a boolean mask is not. qkv_attention takes a fused QKV projection's
 // output whole, so that its backward writes one gradient buffer instead of three zero-filled
 // slices summed.
 #pragma once
 
 #include "cutrain/core/abi.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <utility>
@@ -23,40 +25,48 @@ template <class T>
 struct AttentionFn final : Node<T> {
   AttentionParams params;
   AttentionLengths lengths;
+  AttentionMask<T> masks;
   DropoutMask mask = DropoutMask::none;
   Tensor<T> q, k, v, o;
   Tensor<AttentionStats<T>> stats;
   std::string_view name() const override { return "scaled_dot_product_attention"; }
   std::vector<Tensor<T>> backward(const Tensor<T>& dout) override {
-    AttentionBackward<T> r =
-        ops::scaled_dot_product_attention_backward(q, k, v, o, dout, stats, params, lengths, mask);
-    std::vector<Tensor<T>> g(3);
+    AttentionBackward<T> r = ops::scaled_dot_product_attention_backward(q, k, v, o, dout, stats, params, lengths, mask,
+                                                                        masks, this->needs_grad(3));
+    std::vector<Tensor<T>> g(4);
     if (this->needs_grad(0)) g[0] = std::move(r.dq);
     if (this->needs_grad(1)) g[1] = std::move(r.dk);
     if (this->needs_grad(2)) g[2] = std::move(r.dv);
+    if (this->needs_grad(3)) g[3] = std::move(r.dbias);
     return g;
   }
-  void release_saved() override { q = {}; k = {}; v = {}; o = {}; stats = {}; lengths = {}; }
+  void release_saved() override { q = {}; k = {}; v = {}; o = {}; stats = {}; lengths = {}; masks = {}; }
 };
 
-// softmax(scale q kᵀ + mask) v: q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv] (see
-// ops::scaled_dot_product_attention_forward for masks, lengths and layouts).
+// softmax(scale q kᵀ + bias + mask) v: q [B, H, Sq, D], k [B, Hk, Skv, D], v [B, Hk, Skv, Dv];
+// bias [B or 1, H or 1, Sq, Skv] (optional) and allowed, the boolean mask of that shape (u8,
+// optional; see ops::scaled_dot_product_attention_forward for masks, lengths and layouts).
 template <class T>
 Var<T> scaled_dot_product_attention(const Var<T>& q, const Var<T>& k, const Var<T>& v, const AttentionParams& p = {},
-                                    const AttentionLengths& lengths = {}) {
+                                    const AttentionLengths& lengths = {}, const Var<T>& bias = {},
+                                    const Tensor<std::uint8_t>& allowed = {}) {
   detail::require_defined("autograd::scaled_dot_product_attention", {{q.defined(), "q"}, {k.defined(), "k"}, {v.defined(), "v"}});
   auto fn = std::make_shared<AttentionFn<T>>();
+  AttentionMask<T> masks{bias.defined() ? bias.value().view() : Tensor<T>{},
+                         allowed.defined() ? allowed.view() : Tensor<std::uint8_t>{}};
   AttentionForward<T, AttentionStats<T>> r =
-      ops::scaled_dot_product_attention_forward(q.value(), k.value(), v.value(), p, lengths);
+      ops::scaled_dot_product_attention_forward(q.value(), k.value(), v.value(), p, lengths, masks);
   fn->params = p;
   fn->mask = r.mask;
   fn->lengths = lengths.view();
+  if (masks.bias.defined()) fn->save(fn->masks.bias, masks.bias, "bias");
+  fn->masks.allowed = std::move(masks.allowed);
   fn->save(fn->q, q.value(), "q");
   fn->save(fn->k, k.value(), "k");
   fn->save(fn->v, v.value(), "v");
   fn->save(fn->o, r.o, "o");
   fn->stats = std::move(r.stats);
-  return detail::finish<T>(std::move(r.o), fn, {&q, &k, &v});
+  return detail::finish<T>(std::move(r.o), fn, {&q, &k, &v, bias.defined() ? &bias : nullptr});
 }
 
 namespace detail {
