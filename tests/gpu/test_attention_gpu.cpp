@@ -111,7 +111,7 @@ void check_case(const Case& c, Rng& rng) {
       Tensor<float> dump(Shape{c.B, c.H, c.Sq, c.Skv}, {.device = dev});
       AttentionForward<T, float> rd;
       REQUIRE(ops::detail::attention_forward_cudnn(q, k, v, ops::detail::attention_geometry("test", q, k, v, c.p, lg), lg,
-                                                   rd, &dump));
+                                                   {}, rd, &dump));
       check_close(name + " o with the mask dumped", rd.o, cast<double>(r.o.to(Device::cpu())), tolerance<T>);
       geom.keep = dump.to(Device::cpu()).contiguous().to_vector();
       std::size_t dropped = 0;
