@@ -196,6 +196,23 @@ Tensor<T> pool2d_backward(const Tensor<T>& x, const Tensor<T>& /*y*/, const Tens
   return in_layout_of(std::move(dx), x);
 }
 
+// The flat index h W + w, in its (n, c) plane, of each max-pool window's maximum (pool_argmax's
+// rule: the first in row-then-column order, or the first NaN): int32 [N, C, OH, OW], NCHW.
+template <CpuFloat T>
+Tensor<std::int32_t> max_pool2d_indices(const Tensor<T>& x, const Pool2dParams& p) {
+  const auto g = detail::pool_geometry(x.shape(), p);
+  const Tensor<T> xc = row_major(x);
+  Tensor<std::int32_t> idx(Shape{x.dim(0), x.dim(1), g.oh, g.ow});
+  std::int32_t* out = idx.data();
+  for (std::int64_t pl = 0; pl < g.planes; ++pl) {
+    const T* plane = xc.data() + pl * g.h * g.w;
+    for (std::int64_t i = 0; i < g.oh; ++i)
+      for (std::int64_t j = 0; j < g.ow; ++j)
+        *out++ = static_cast<std::int32_t>(detail::pool_argmax(plane, g.w, detail::pool_window(g, p, i, j)));
+  }
+  return idx;
+}
+
 // y[n, c, 0, 0] = mean over h, w of x[n, c, h, w].
 template <CpuFloat T>
 Tensor<T> global_avg_pool_forward(const Tensor<T>& x) {

@@ -258,6 +258,15 @@ void pool2d_dilated_backward_plan(const Tensor<T>& x, const Tensor<T>& dy, const
       CUTRAIN_POOL2D_DILATED_GEOM(xsh, ys, p), ll(xs[0]), ll(xs[1]), ll(xs[2]), ll(xs[3]), ll(dys[0]), ll(dys[1]),
       ll(dys[2]), ll(dys[3]), ll(dxs[0]), ll(dxs[1]), ll(dxs[2]), ll(dxs[3]), total, channels_last(dx) ? 1 : 0);
 }
+template <class T, class Run>
+void max_pool2d_indices_plan(const Tensor<T>& x, const Pool2dParams& p, const Shape& ys, Tensor<std::int32_t>& idx,
+                             Run&& run) {
+  const Shape& xsh = x.shape();
+  const auto& xs = x.strides();
+  const long long total = idx.numel();
+  run("cutrain_pool2d_dilated_indices", dim3(grid_for(total)), dim3(256), x.data(), idx.data(),
+      CUTRAIN_POOL2D_DILATED_GEOM(xsh, ys, p), ll(xs[0]), ll(xs[1]), ll(xs[2]), ll(xs[3]), total);
+}
 #undef CUTRAIN_POOL2D_DILATED_GEOM
 
 // run() for the dilated plans.
@@ -326,6 +335,24 @@ void pool2d_backward(const Tensor<T>& x, const Tensor<T>& dy, const Pool2dParams
   DeviceScope scope(dev);
   auto scratch = [dev](std::size_t bytes) { return static_cast<int*>(workspace(dev, bytes)); };
   detail::pool2d_backward_plan(x, dy, d, dx, scratch, detail::pool2d_launcher<T>(dev, op));
+}
+
+// idx [N, C, OH, OW] (contiguous NCHW, int32) = the flat index h W + w, in its (n, c) plane of x,
+// of each max-pool window's maximum (the first in row-then-column order, or the first NaN); x in
+// any layout. One kernel for every geometry (the dilated path's).
+template <GpuFloat T>
+void max_pool2d_indices(const Tensor<T>& x, const Pool2dParams& p, Tensor<std::int32_t>& idx) {
+  constexpr std::string_view op = "cuda::kernels::max_pool2d_indices";
+  detail::require_cuda_input(op, x, "x");
+  CUTRAIN_REQUIRE(p.mode == PoolMode::max, InvalidArgument, op, "indices are a max pool's, got ", p);
+  const Shape ys = pool2d_output_shape(x.shape(), p, op);
+  CUTRAIN_REQUIRE(idx.defined() && idx.shape() == ys && idx.is_contiguous() && idx.layout() != Layout::nhwc &&
+                      idx.device() == x.device(),
+                  InvalidArgument, op, "idx must be a contiguous NCHW ", ys, " on ", x.device(), ", got ",
+                  idx.defined() ? idx.describe() : std::string("an undefined tensor"));
+  const int dev = x.device().index;
+  DeviceScope scope(dev);
+  detail::max_pool2d_indices_plan(x, p, ys, idx, detail::pool2d_dilated_launcher<T>(dev, op));
 }
 
 // y [N, C, 1, 1] (contiguous) = the mean of each (n, c) plane of x [N, C, H, W] (any layout).

@@ -148,6 +148,21 @@ extern "C" __global__ void cutrain_pool2d_dilated_forward(const T* x, T* y, POOL
   }
 }
 
+// The indices of the maxima (ops::max_pool2d_indices): idx [N, C, OH, OW], contiguous NCHW, gets
+// r W + q, the flat index in its (n, c) plane of the window's maximum by dil_max's rule. One thread
+// per output; total = N C OH OW. Any dilation, 1 included.
+extern "C" __global__ void cutrain_pool2d_dilated_indices(const T* x, int* idx, POOL2D_DILATED_GEOM_PARAMS, long long xn,
+                                                          long long xc, long long xh, long long xw, long long total) {
+  const DilGeom g = POOL2D_DILATED_GEOM;
+  const DilStrides xs = {xn, xc, xh, xw};
+  for (long long i = thread_index(); i < total; i += grid_stride()) {
+    long long n, c, oh, ow, br, bq;
+    dil_unravel(i, g.C, g.OH, g.OW, 0, n, c, oh, ow);
+    dil_max(x + n * xs.n + c * xs.c, xs, g, dil_window(g, oh, ow), br, bq);
+    idx[i] = static_cast<int>(br * g.W + bq);
+  }
+}
+
 // dx [N, C, H, W] for dy = dL/dy: one thread per dx element, in dx's memory order; total = N C H W.
 // Each visits the windows holding it, oi sh - pt + a dh == h and oj sw - pl + b dw == w, in
 // row-major order of (oi, oj) as the CPU adds them, and adds dy / divisor (average) or dy where

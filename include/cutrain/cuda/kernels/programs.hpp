@@ -113,7 +113,8 @@ inline Program pool2d(std::string_view t) {
 // 64-bit index math, every tensor through its own strides. f32 arithmetic.
 inline Program pool2d_dilated(std::string_view t) {
   return make_program("pool2d_dilated", source::pool2d_dilated, {{"T", t}},
-                      {"cutrain_pool2d_dilated_forward", "cutrain_pool2d_dilated_backward"});
+                      {"cutrain_pool2d_dilated_forward", "cutrain_pool2d_dilated_backward",
+                       "cutrain_pool2d_dilated_indices"});
 }
 
 // Batch-norm inference, y = (x - mean[c]) * gamma[c] / sqrt(var[c] + eps) + beta[c], x and y in
