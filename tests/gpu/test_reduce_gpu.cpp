@@ -183,6 +183,11 @@ TEST_CASE("gpu reduce: large reductions and many outputs", "[gpu][reduce]") {
   check_case<float>("f32 large", {1100000, 3}, {1}, true, Layout::row_major, rng);
   check_case<float>("f32 large", {1031, 517}, {0}, false, Layout::strided, rng);
   check_case<bfloat16>("bf16 large", {2, 3000, 7}, {0, 1}, false, Layout::row_major, rng);
+  // Sums over leading axes with many outputs: one thread per output (cutrain_reduce_sum_columns),
+  // a position embedding's gradient among them ({1031, 517} above keeps a block per output).
+  check_case<bfloat16>("bf16 columns", {16, 1024, 768}, {0}, false, Layout::row_major, rng);
+  check_case<float>("f32 columns", {40, 70001}, {0}, true, Layout::row_major, rng);
+  check_case<float>("f32 columns", {6, 7, 9000}, {0, 1}, false, Layout::strided, rng);
   // 68640 elements: their sum of |x| (about 34000) stays below f16's largest value (65504).
   check_case<cutrain::half>("f16 large", {32, 33, 65}, {}, true, Layout::row_major, rng);
 }

@@ -182,7 +182,7 @@ inline Program softmax(std::string_view t) {
 // f32 accumulation in a fixed order) and backward (one thread per input element).
 inline Program reduce(std::string_view t) {
   return make_program("reduce", source::reduce, {{"T", t}},
-                      {"cutrain_reduce_sum", "cutrain_reduce_sum_f32", "cutrain_reduce_var", "cutrain_reduce_norm",
+                      {"cutrain_reduce_sum", "cutrain_reduce_sum_columns", "cutrain_reduce_sum_f32", "cutrain_reduce_var", "cutrain_reduce_norm",
                        "cutrain_reduce_arg", "cutrain_reduce_sum_backward", "cutrain_reduce_arg_backward",
                        "cutrain_reduce_var_backward", "cutrain_reduce_norm_backward"});
 }

@@ -1,6 +1,6 @@
 // Reductions over any set of axes of a strided tensor of rank <= 8 (cuda/kernels/reduce.hpp).
 // Forward: one block per output element (a grid-stride loop over outputs when there are more than
-// blocks); the block's threads walk the output's reduced elements, thread t taking elements
+// blocks), or for sums over leading axes one thread per output (cutrain_reduce_sum_columns); the block's threads walk the output's reduced elements, thread t taking elements
 // t, t + blockDim.x, ..., and block_sum (prelude.cuh) or block_arg combine them in a fixed order:
 // deterministic. Backward: one thread per input element, grid-stride. f32 arithmetic throughout.
 
@@ -53,6 +53,19 @@ extern "C" __global__ void cutrain_reduce_sum(const T* x, T* y, cutrain_reduce_a
   for (long long o = blockIdx.x; o < a.n_out; o += gridDim.x) {
     const float s = reduce_block_sum(x, a, o);
     if (threadIdx.x == 0) store(y + o, s * scale);
+  }
+}
+
+// The same, one thread per output, which adds its elements in their row-major order: for sums
+// whose outputs lie next to each other in x and whose elements lie far apart (over leading axes,
+// as a broadcast's gradient), where a warp then reads 32 adjacent values per step and a block per
+// output would read one. Deterministic too (another fixed order than cutrain_reduce_sum's).
+extern "C" __global__ void cutrain_reduce_sum_columns(const T* x, T* y, cutrain_reduce_args a, float scale) {
+  for (long long o = thread_index(); o < a.n_out; o += grid_stride()) {
+    const T* xb = x + reduce_base(a, o);
+    float s = 0.0f;
+    for (long long j = 0; j < a.n_red; ++j) s += to_f32(xb[reduce_offset(a, j)]);
+    store(y + o, s * scale);
   }
 }
 

@@ -6,6 +6,11 @@
 //
 // Forward: one block per output element, 32 threads for up to 32 reduced elements, 128 up to
 // 1024, 256 beyond; the block adds (or compares) in a fixed order, so results are deterministic.
+// A sum whose outputs are adjacent in x (the last kept axis has stride 1) and that either has many
+// outputs (32768 or more) and at most 1024 elements each, or at most 32 elements each, runs one
+// thread per output instead (sum_by_columns): a sum over leading axes, such as the gradient of a
+// position embedding broadcast over the batch, [16, 1024, 768] -> [1024, 768], would otherwise
+// start 786,432 blocks that each read 16 values.
 // Backward: one thread per input element. f32 arithmetic and accumulation; outputs rounded once.
 #pragma once
 
@@ -48,6 +53,11 @@ const Program& reduce_program() {
 
 // Threads per output: a multiple of 32 (the block reductions need it), more for more elements.
 inline unsigned reduce_threads(std::int64_t n_red) { return n_red <= 32 ? 32 : n_red <= 1024 ? 128 : 256; }
+
+// Whether a sum runs one thread per output (cutrain_reduce_sum_columns; see the top).
+inline bool sum_by_columns(const ReduceArgs& a) {
+  return a.out_rank > 0 && a.out_stride[a.out_rank - 1] == 1 && (a.n_red <= 32 || (a.n_out >= 32768 && a.n_red <= 1024));
+}
 
 // Blocks for n_out > 0 outputs: one each, up to 2^20 (the kernels loop over the rest).
 inline unsigned reduce_blocks(std::int64_t n_out) { return static_cast<unsigned>(std::min<std::int64_t>(n_out, 1 << 20)); }
@@ -137,7 +147,15 @@ void reduce_sum(const Tensor<T>& x, const ReducePlan& p, double scale, Tensor<T>
   detail::require_reduce_output(op, y, p, x.device(), "y");
   const T* xd = x.data();
   T* yd = y.data();
-  detail::launch_forward(op, "cutrain_reduce_sum", p, x, xd, yd, detail::forward_args(p, x), static_cast<float>(scale));
+  const detail::ReduceArgs a = detail::forward_args(p, x);
+  if (p.n_out > 0 && detail::sum_by_columns(a)) {
+    const int dev = x.device().index;
+    DeviceScope scope(dev);
+    launch(function(dev, detail::reduce_program<T>(), "cutrain_reduce_sum_columns"), grid_for(p.n_out), 256, op, xd, yd,
+           a, static_cast<float>(scale));
+    return;
+  }
+  detail::launch_forward(op, "cutrain_reduce_sum", p, x, xd, yd, a, static_cast<float>(scale));
 }
 
 // The max (is_max) or min over p's reduced axes and its index (p.n_red > 0).
