@@ -20,7 +20,7 @@ namespace cutrain::inline CUTRAIN_ABI {
 class AnyTensor {
  public:
   using Variant = std::variant<Tensor<double>, Tensor<float>, Tensor<half>, Tensor<bfloat16>, Tensor<std::int32_t>,
-                               Tensor<std::uint8_t>>;
+                               Tensor<std::uint8_t>, Tensor<std::int64_t>>;
 
   AnyTensor() = default;
   // Takes t (a view shares t's storage: AnyTensor(t.view())).
@@ -88,6 +88,7 @@ decltype(auto) visit_dtype(DType d, Fn&& fn) {
     case DType::f16: return fn(std::type_identity<half>{});
     case DType::bf16: return fn(std::type_identity<bfloat16>{});
     case DType::i32: return fn(std::type_identity<std::int32_t>{});
+    case DType::i64: return fn(std::type_identity<std::int64_t>{});
     case DType::u8: break;
   }
   return fn(std::type_identity<std::uint8_t>{});

@@ -52,12 +52,13 @@ inline std::uint8_t dtype_code(DType d) {
     case DType::bf16: return 4;
     case DType::i32: return 5;
     case DType::u8: return 6;
+    case DType::i64: return 7;
   }
   return 0;
 }
 inline bool dtype_from_code(std::uint8_t c, DType& d) {
-  constexpr DType all[] = {DType::f64, DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8};
-  if (c < 1 || c > 6) return false;
+  constexpr DType all[] = {DType::f64, DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8, DType::i64};
+  if (c < 1 || c > 7) return false;
   d = all[c - 1];
   return true;
 }

@@ -1,5 +1,5 @@
 // Element types and their traits: f64, f32, f16 and bf16 (host-side conversions with
-// round-to-nearest-even), plus the integer types used for labels and masks.
+// round-to-nearest-even), plus the integer types used for labels, indices and masks (i32, i64, u8).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
@@ -13,7 +13,7 @@
 
 namespace cutrain::inline CUTRAIN_ABI {
 
-enum class DType { f64, f32, f16, bf16, i32, u8 };
+enum class DType { f64, f32, f16, bf16, i32, u8, i64 };
 
 inline std::string_view to_string(DType d) {
   switch (d) {
@@ -23,6 +23,7 @@ inline std::string_view to_string(DType d) {
     case DType::bf16: return "bf16";
     case DType::i32: return "i32";
     case DType::u8: return "u8";
+    case DType::i64: return "i64";
   }
   return "?";
 }
@@ -31,7 +32,7 @@ inline std::ostream& operator<<(std::ostream& os, DType d) { return os << to_str
 // The size in bytes of one element of d.
 inline constexpr std::size_t dtype_size(DType d) {
   switch (d) {
-    case DType::f64: return 8;
+    case DType::f64: case DType::i64: return 8;
     case DType::f32: case DType::i32: return 4;
     case DType::f16: case DType::bf16: return 2;
     case DType::u8: return 1;
@@ -118,6 +119,7 @@ template <> struct dtype_traits<float> { static constexpr DType dtype = DType::f
 template <> struct dtype_traits<half> { static constexpr DType dtype = DType::f16; static constexpr bool floating = true; using accum = float; };
 template <> struct dtype_traits<bfloat16> { static constexpr DType dtype = DType::bf16; static constexpr bool floating = true; using accum = float; };
 template <> struct dtype_traits<std::int32_t> { static constexpr DType dtype = DType::i32; static constexpr bool floating = false; using accum = std::int64_t; };
+template <> struct dtype_traits<std::int64_t> { static constexpr DType dtype = DType::i64; static constexpr bool floating = false; using accum = std::int64_t; };
 template <> struct dtype_traits<std::uint8_t> { static constexpr DType dtype = DType::u8; static constexpr bool floating = false; using accum = std::int64_t; };
 
 template <class T> inline constexpr DType dtype_of = dtype_traits<T>::dtype;

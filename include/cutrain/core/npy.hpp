@@ -3,11 +3,12 @@
 // {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces to a multiple
 // of 64 bytes and ended by '\n', then the elements.
 //
-//   save_npy(path, tensor)     f64 '<f8', f32 '<f4', f16 '<f2', i32 '<i4', u8 '|u1'; any device,
+//   save_npy(path, tensor)     f64 '<f8', f32 '<f4', f16 '<f2', i32 '<i4', i64 '<i8', u8 '|u1'; any
+//                              device,
 //                              layout or strides (written in C order); bf16 is refused: numpy
 //                              has no bfloat16 (save cast<float>(t), which is exact)
-//   load_npy(path) -> AnyTensor   also reads big-endian ('>f4' ...), '<i8' into i32 when every
-//                              value fits, '|b1' as u8; fortran_order True is refused
+//   load_npy(path) -> AnyTensor   also reads big-endian ('>f4' ...) and '|b1' as
+//                              u8; fortran_order True is refused
 //
 // See docs/weights.md.
 #pragma once
@@ -46,6 +47,7 @@ inline std::string_view descr_of(DType d) {
     case DType::f16: return "<f2";
     case DType::i32: return "<i4";
     case DType::u8: return "|u1";
+    case DType::i64: return "<i8";
     case DType::bf16: break;
   }
   return "";
@@ -164,7 +166,6 @@ struct Descr {
   DType dtype;
   std::size_t width;
   bool little;
-  bool from_i64 = false;
 };
 
 // descr as cutrain reads it; NotImplemented for dtypes it has no tensor for.
@@ -172,7 +173,7 @@ inline Descr parse_descr(const std::string& d, const weights::InFile& in) {
   const auto lacking = [&]() {
     throw NotImplemented("load_npy", cutrain::detail::cat(in.path().string(), ": dtype '", d,
                                                           "' has no cutrain tensor (it reads f8, f4, f2, i4, u1, "
-                                                          "b1 as u8, i8 as i32 when the values fit)"));
+                                                          "i8, b1 as u8)"));
   };
   if (d.size() < 3) lacking();
   const char order = d[0];
@@ -185,7 +186,7 @@ inline Descr parse_descr(const std::string& d, const weights::InFile& in) {
   else if (code == "f2") r = Descr{DType::f16, 2, little};
   else if (code == "i4") r = Descr{DType::i32, 4, little};
   else if (code == "u1" || code == "b1") r = Descr{DType::u8, 1, true};
-  else if (code == "i8") r = Descr{DType::i32, 8, little, true};
+  else if (code == "i8") r = Descr{DType::i64, 8, little};
   if (!r) lacking();
   if (order == '|' && r->width != 1)
     in.fail(cutrain::detail::cat("bad header: descr '", d, "' says no byte order for a ", r->width, "-byte type"));
@@ -269,7 +270,6 @@ inline AnyTensor load_npy(const std::filesystem::path& path) {
     in.fail(detail::cat("size mismatch: shape ", shape, " of '", h.descr, "' needs ", need, " bytes of data but the file has ",
                         in.left(), need > in.left() ? " (truncated)" : ""));
   const std::string what = detail::cat("the data of ", shape);
-  if (d.from_i64) return detail::weights::read_i64_as_i32(in, shape, d.little, op, what);
   return visit_dtype(d.dtype, [&]<class T>(std::type_identity<T>) {
     return AnyTensor(detail::weights::read_elements<T>(in, shape, d.little, what));
   });

@@ -50,7 +50,6 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;
 struct FileDType {
   DType dtype;
   std::size_t width;
-  bool from_i64 = false;  // I64, narrowed to i32 when every value fits
 };
 
 inline std::string_view name_of(DType d) {
@@ -61,6 +60,7 @@ inline std::string_view name_of(DType d) {
     case DType::bf16: return "BF16";
     case DType::i32: return "I32";
     case DType::u8: return "U8";
+    case DType::i64: return "I64";
   }
   return "?";
 }
@@ -76,7 +76,7 @@ inline std::optional<FileDType> parse_dtype(const std::string& s, bool& lacking)
   if (s == "I32") return FileDType{DType::i32, 4};
   if (s == "U8") return FileDType{DType::u8, 1};
   if (s == "BOOL") return FileDType{DType::u8, 1};  // one byte, 0 or 1
-  if (s == "I64") return FileDType{DType::i32, 8, true};
+  if (s == "I64") return FileDType{DType::i64, 8};
   for (const char* other : {"I8", "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2",
                             "F4", "C64"})
     if (s == other) lacking = true;
@@ -108,7 +108,7 @@ inline Entry parse_entry(const std::string& name, const json::Value& v, std::str
   if (lacking)
     throw NotImplemented(op, cutrain::detail::cat(in.path().string(), ": ", at, " has dtype ", dt.get<std::string>(),
                                                   ", which cutrain has no tensor for (it reads F64, F32, F16, BF16, "
-                                                  "I32, U8, BOOL as u8, I64 as i32 when the values fit)"));
+                                                  "I32, I64, U8, BOOL as u8)"));
   if (!type) fail(cutrain::detail::cat(at, ": unknown dtype \"", dt.get<std::string>(), "\""));
 
   auto index = [&](const json::Value& x, const char* what) -> std::uint64_t {
@@ -263,10 +263,6 @@ inline Safetensors read_safetensors(const std::filesystem::path& path, std::stri
   for (const auto& e : entries) {
     in.seek(base + e.begin);
     const std::string what = detail::cat("the data of tensor \"", e.name, "\"");
-    if (e.type.from_i64) {
-      out.tensors.emplace(e.name, detail::weights::read_i64_as_i32(in, e.shape, true, op, what));
-      continue;
-    }
     out.tensors.emplace(e.name, visit_dtype(e.type.dtype, [&]<class T>(std::type_identity<T>) {
                           return AnyTensor(detail::weights::read_elements<T>(in, e.shape, true, what));
                         }));
