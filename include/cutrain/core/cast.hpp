@@ -1,8 +1,12 @@
 // Element type conversion of a whole tensor on the host (device tensors round-trip through the
-// host; ops::cast converts them on the GPU). f16/bf16 round to nearest even.
+// host; ops::cast converts them on the GPU). f16/bf16 round to nearest even; an integer to an
+// integer converts as static_cast does (no detour through double, which would round an i64).
 #pragma once
 
 #include "cutrain/core/abi.hpp"
+
+#include <type_traits>
+#include <vector>
 
 #include "cutrain/core/tensor.hpp"
 
@@ -15,6 +19,7 @@ Tensor<U> cast(const Tensor<T>& t) {
   std::vector<U> out(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     if constexpr (std::is_same_v<U, half> || std::is_same_v<U, bfloat16>) out[i] = U(static_cast<float>(v[i]));
+    else if constexpr (std::is_integral_v<U> && std::is_integral_v<T>) out[i] = static_cast<U>(v[i]);  // exact for i64
     else out[i] = static_cast<U>(static_cast<double>(v[i]));
   }
   const Layout l = is_channels_last(t.shape(), t.strides()) ? Layout::nhwc : Layout::row_major;

@@ -1,4 +1,4 @@
-// nn::Embedding: a table of `num` vectors of `dim`, looked up by int32 indices of any shape
+// nn::Embedding: a table of `num` vectors of `dim`, looked up by int32 or int64 indices of any shape
 // (ops::index_select along dim 0; its backward is a deterministic scatter-add). Under mixed
 // precision the table is cast to the compute type on each call and its gradient comes back in T.
 #pragma once
@@ -35,12 +35,12 @@ class Embedding : public Module<Embedding<T>, T> {
   }
 
   // idx [...] (values in [0, num), on weight's device) -> [..., dim] in X.
-  template <RunsIn<T> X = T>
-  Var<X> operator()(const Tensor<std::int32_t>& idx) const {
+  template <RunsIn<T> X = T, ops::IndexInt I = std::int32_t>
+  Var<X> operator()(const Tensor<I>& idx) const {
     CUTRAIN_REQUIRE(idx.defined(), InvalidArgument, "nn::Embedding", "idx is an empty (undefined) tensor");
     std::vector<std::int64_t> out = idx.shape().dims();
     out.push_back(opts_.dim);
-    const Tensor<std::int32_t> flat = idx.contiguous(Layout::row_major).reshape(Shape{idx.numel()});
+    const Tensor<I> flat = idx.contiguous(Layout::row_major).reshape(Shape{idx.numel()});
     try {
       return autograd::reshape(autograd::index_select(autograd::cast<X>(weight), 0, flat), Shape(out));
     } catch (const InvalidArgument& e) {  // the lookup's message names index_select: say whose tokens

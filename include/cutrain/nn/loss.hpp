@@ -9,8 +9,9 @@
 
 namespace cutrain::inline CUTRAIN_ABI::nn {
 
-template <class T>
-autograd::Var<T> cross_entropy(const autograd::Var<T>& logits, const Tensor<std::int32_t>& labels,
+// labels int32 or int64.
+template <class T, ops::IndexInt I>
+autograd::Var<T> cross_entropy(const autograd::Var<T>& logits, const Tensor<I>& labels,
                                const CrossEntropyParams& p = {}) {
   return autograd::cross_entropy(logits, labels, p);
 }

@@ -116,24 +116,25 @@ class GPT : public Module<GPT<T>, T> {
                                                   .seed = o.seed + 1000 * static_cast<std::uint64_t>(i + 1)});
   }
 
-  // tokens [B, S] (int32 in [0, vocab), S <= context, on the model's device) -> logits [B·S, vocab] in X.
-  template <RunsIn<T> X = T>
-  Var<X> operator()(const Tensor<std::int32_t>& tokens) const {
+  // tokens [B, S] (int32 or int64 in [0, vocab), S <= context, on the model's device) -> logits
+  // [B·S, vocab] in X.
+  template <RunsIn<T> X = T, ops::IndexInt I = std::int32_t>
+  Var<X> operator()(const Tensor<I>& tokens) const {
     return autograd::linear(hidden<X>(tokens), autograd::cast<X>(wte.weight));
   }
 
   // The mean (or p's reduction) cross-entropy of the next-token logits against targets [B, S] (or
-  // [B·S]; int32 in [0, vocab) or p.ignore_index) through the fused classifier
+  // [B·S]; int32 or int64 in [0, vocab) or p.ignore_index) through the fused classifier
   // (autograd::linear_cross_entropy): the logits are never held whole, nor in f32. The loss is
   // f32 (f64 in an f64 model), whatever X.
-  template <RunsIn<T> X = T>
-  Var<loss_float_t<X>> loss(const Tensor<std::int32_t>& tokens, const Tensor<std::int32_t>& targets,
+  template <RunsIn<T> X = T, ops::IndexInt I = std::int32_t, ops::IndexInt J = I>
+  Var<loss_float_t<X>> loss(const Tensor<I>& tokens, const Tensor<J>& targets,
                             const LinearCrossEntropyParams& p = {}) const {
     const Var<X> h = hidden<X>(tokens);
     CUTRAIN_REQUIRE(targets.defined() && targets.numel() == h.value().dim(0), InvalidArgument, "nn::GPT::loss",
                     "targets must hold one token per input token, ", tokens.describe(), ", got ",
                     targets.defined() ? targets.describe() : std::string("an undefined tensor"));
-    const Tensor<std::int32_t> flat = targets.contiguous().reshape({targets.numel()});
+    const Tensor<J> flat = targets.contiguous().reshape({targets.numel()});
     if constexpr (std::same_as<X, T> || std::same_as<T, float>)
       return autograd::linear_cross_entropy(h, wte.weight, flat, p);
     else
@@ -141,10 +142,10 @@ class GPT : public Module<GPT<T>, T> {
   }
 
   // The final layer norm's output [B·S, dim] for tokens [B, S]: what the output head reads.
-  template <RunsIn<T> X = T>
-  Var<X> hidden(const Tensor<std::int32_t>& tokens) const {
+  template <RunsIn<T> X = T, ops::IndexInt I = std::int32_t>
+  Var<X> hidden(const Tensor<I>& tokens) const {
     CUTRAIN_REQUIRE(tokens.defined() && tokens.rank() == 2 && tokens.dim(1) >= 1 && tokens.dim(1) <= opts_.context,
-                    InvalidArgument, "nn::GPT", "tokens must be int32 [B, S] with 1 <= S <= context ", opts_.context,
+                    InvalidArgument, "nn::GPT", "tokens must be int32 or int64 [B, S] with 1 <= S <= context ", opts_.context,
                     ", got ", tokens.defined() ? tokens.describe() : std::string("an undefined tensor"));
     const std::int64_t b = tokens.dim(0), s = tokens.dim(1);
     Var<X> x = autograd::add(wte.template operator()<X>(tokens), wpe.template operator()<X>(positions(s, tokens.device())));

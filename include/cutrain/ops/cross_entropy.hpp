@@ -8,6 +8,7 @@
 
 #include "cutrain/cpu/cross_entropy.hpp"
 #include "cutrain/ops/dispatch.hpp"
+#include "cutrain/ops/index_convert.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/kernels/cross_entropy.hpp"
@@ -96,6 +97,24 @@ Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int3
         return dlogits;
       }),
       logits, labels);
+}
+
+// The same with int64 labels (PyTorch's): converted to int32 on their device first
+// (ops/index_convert.hpp; a label past int32 is out of range anyway).
+template <class T>
+Tensor<T> cross_entropy_forward(const Tensor<T>& logits, const Tensor<std::int64_t>& labels,
+                                const CrossEntropyParams& p = {}) {
+  return cross_entropy_forward(logits, detail::labels_as_i32("cross_entropy_forward", labels), p);
+}
+template <class T>
+Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int64_t>& labels,
+                                 std::type_identity_t<T> dloss, const CrossEntropyParams& p = {}) {
+  return cross_entropy_backward(logits, detail::labels_as_i32("cross_entropy_backward", labels), dloss, p);
+}
+template <class T>
+Tensor<T> cross_entropy_backward(const Tensor<T>& logits, const Tensor<std::int64_t>& labels, const Tensor<T>& dloss,
+                                 const CrossEntropyParams& p = {}) {
+  return cross_entropy_backward(logits, detail::labels_as_i32("cross_entropy_backward", labels), dloss, p);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::ops

@@ -12,6 +12,7 @@
 #include "cutrain/core/params/loss.hpp"
 #include "cutrain/cpu/linear_cross_entropy.hpp"
 #include "cutrain/ops/dispatch.hpp"
+#include "cutrain/ops/index_convert.hpp"
 
 #ifdef CUTRAIN_WITH_CUDA
 #include "cutrain/cuda/api.hpp"
@@ -97,6 +98,15 @@ void linear_cross_entropy_scale_grads(const Tensor<loss_float_t<T>>& dloss, Tens
         return 0;
       }),
       dx, dw);
+}
+
+// The same with int64 labels (PyTorch's), converted to int32 on their device first
+// (ops/index_convert.hpp); ignore_index keeps its meaning.
+template <class T>
+LinearCrossEntropyResult<T> linear_cross_entropy(const Tensor<T>& x, const Tensor<T>& w,
+                                                 const Tensor<std::int64_t>& labels,
+                                                 const LinearCrossEntropyParams& p = {}, bool grads = false) {
+  return linear_cross_entropy(x, w, detail::labels_as_i32("linear_cross_entropy", labels, p.ignore_index), p, grads);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::ops

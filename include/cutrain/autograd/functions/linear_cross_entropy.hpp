@@ -53,7 +53,8 @@ struct LinearCrossEntropyFn final : Node<loss_float_t<X>> {
 
 // Softmax cross-entropy of the logits x w^T against labels, the logits never held whole: the
 // classifier of a language model (x [N, C] the last hidden states, w [V, C] the output
-// embedding, labels [N] the next tokens, int32 on x's device, each in [0, V) or p.ignore_index).
+// embedding, labels [N] the next tokens, int32 or int64 on x's device, each in [0, V) or
+// p.ignore_index; int64 ones are converted to int32 once, here).
 // Returns the loss (shape {}) in f32, f64 for f64 x. w is in x's type, or in f32 under a bf16 or
 // f16 x. On the GPU the logits' rows are padded for the matmuls (p.pad_to); the vocabulary seen
 // is exactly V.
@@ -85,6 +86,11 @@ Var<loss_float_t<X>> linear_cross_entropy(const Var<X>& x, const Var<W>& w, cons
   else fn->w_other = w.impl();
   const bool others = (!std::same_as<X, L> && x.requires_grad()) || (!std::same_as<W, L> && w.requires_grad());
   return detail::finish<L>(std::move(r.loss), fn, {xs, ws}, others);
+}
+template <class X, class W>
+Var<loss_float_t<X>> linear_cross_entropy(const Var<X>& x, const Var<W>& w, const Tensor<std::int64_t>& labels,
+                                          const LinearCrossEntropyParams& p = {}) {
+  return linear_cross_entropy(x, w, ops::detail::labels_as_i32("linear_cross_entropy", labels, p.ignore_index), p);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::autograd

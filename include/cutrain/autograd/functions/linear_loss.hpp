@@ -97,14 +97,18 @@ struct CrossEntropyFn final : Node<T> {
   void release_saved() override { logits = {}; labels = {}; }
 };
 
-// Softmax cross entropy of logits [N, C] against labels [N] (int32, on the logits' device):
-// a scalar (shape []).
+// Softmax cross entropy of logits [N, C] against labels [N] (int32 or int64, on the logits'
+// device): a scalar (shape []). int64 labels are converted to int32 once, here.
 template <class T>
 Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int32_t>& labels, const CrossEntropyParams& p = {}) {
   detail::require_defined("autograd::cross_entropy", {{logits.defined(), "logits"}});
   auto fn = std::make_shared<CrossEntropyFn<T>>(p);
   Tensor<T> y = fn->forward(logits.value(), labels);
   return detail::finish<T>(std::move(y), fn, {&logits});
+}
+template <class T>
+Var<T> cross_entropy(const Var<T>& logits, const Tensor<std::int64_t>& labels, const CrossEntropyParams& p = {}) {
+  return cross_entropy(logits, ops::detail::labels_as_i32("cross_entropy_forward", labels), p);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::autograd

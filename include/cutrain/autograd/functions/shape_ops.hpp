@@ -118,46 +118,53 @@ std::vector<Var<T>> chunk(const Var<T>& x, std::int64_t n, int dim = 0) {
   return split(x, sizes, dim);
 }
 
-// index_select and gather: dy added into zeros of x's shape at the indexed positions.
-template <class T>
+// index_select and gather: dy added into zeros of x's shape at the indexed positions. The index
+// is kept as given (int32 or int64) and checked again by the backward op.
+template <class T, ops::IndexInt I>
 struct IndexFn final : Node<T> {
   bool is_gather = false;
   int d = 0;
   Shape x_shape;
-  Tensor<std::int32_t> index;
+  ops::IndexOptions opts;
+  Tensor<I> index;
   std::string_view name() const override { return is_gather ? "gather" : "index_select"; }
   std::vector<Tensor<T>> backward(const Tensor<T>& dy) override {
     std::vector<Tensor<T>> g(1);
     if (this->needs_grad(0))
-      g[0] = is_gather ? ops::gather_backward(dy, x_shape, d, index) : ops::index_select_backward(dy, x_shape, d, index);
+      g[0] = is_gather ? ops::gather_backward(dy, x_shape, d, index, opts)
+                       : ops::index_select_backward(dy, x_shape, d, index, opts);
     return g;
   }
   void release_saved() override { index = {}; }
 };
 
 namespace detail {
-template <class T>
-Var<T> record_index(const Var<T>& x, Tensor<T> y, bool is_gather, int dim, const Tensor<std::int32_t>& index) {
+template <class T, ops::IndexInt I>
+Var<T> record_index(const Var<T>& x, Tensor<T> y, bool is_gather, int dim, const Tensor<I>& index,
+                    const ops::IndexOptions& o) {
   if (!records({x.requires_grad()})) return Var<T>(std::move(y));
-  auto fn = std::make_shared<IndexFn<T>>();
+  auto fn = std::make_shared<IndexFn<T, I>>();
   fn->is_gather = is_gather;
   fn->d = dim < 0 ? dim + x.value().rank() : dim;
   fn->x_shape = x.shape();
+  fn->opts = o;
   fn->save(fn->index, index, "index");
   return finish<T>(std::move(y), fn, {&x});
 }
 }  // namespace detail
 
-template <class T>
-Var<T> index_select(const Var<T>& x, int dim, const Tensor<std::int32_t>& index) {
+// index int32 or int64 (ops::index_select).
+template <class T, ops::IndexInt I>
+Var<T> index_select(const Var<T>& x, int dim, const Tensor<I>& index, const ops::IndexOptions& o = {}) {
   const Tensor<T>& v = detail::value_of("index_select", x);
-  return detail::record_index(x, ops::index_select(v, dim, index), false, dim, index);
+  return detail::record_index(x, ops::index_select(v, dim, index, o), false, dim, index, o);
 }
 
-template <class T>
-Var<T> gather(const Var<T>& x, int dim, const Tensor<std::int32_t>& index) {
+// index int32 or int64 (ops::gather).
+template <class T, ops::IndexInt I>
+Var<T> gather(const Var<T>& x, int dim, const Tensor<I>& index, const ops::IndexOptions& o = {}) {
   const Tensor<T>& v = detail::value_of("gather", x);
-  return detail::record_index(x, ops::gather(v, dim, index), true, dim, index);
+  return detail::record_index(x, ops::gather(v, dim, index, o), true, dim, index, o);
 }
 
 }  // namespace cutrain::inline CUTRAIN_ABI::autograd

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <concepts>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -152,6 +153,37 @@ inline std::pair<std::int64_t, std::int64_t> index_range_check(const Tensor<std:
   Tensor<std::int32_t> report(Shape{4}, {.device = index.device()});
   index_range_count(index, limit, report);
   return read_index_report(report);
+}
+
+// out (int32, index's shape, dense row-major) = index (int32 or int64, any strides), each value
+// v as w = v (+ wrap when v < 0 and wrap > 0); a w outside [lo, hi) becomes fallback. report
+// (int64 [3] on index's device, zeroed first) gets the count of such values, the first one's v
+// and its row-major position. Nothing is read back: capturable in a CUDA graph.
+template <class I>
+  requires std::same_as<I, std::int32_t> || std::same_as<I, std::int64_t>
+void index_narrow(const Tensor<I>& index, std::int64_t lo, std::int64_t hi, std::int64_t wrap, std::int32_t fallback,
+                  Tensor<std::int32_t>& out, Tensor<std::int64_t>& report) {
+  constexpr std::string_view op = "cuda::kernels::index_narrow";
+  detail::require_cuda_input(op, index, "index");
+  detail::require_row_major_output(op, out, index.shape(), index.device(), "out");
+  detail::require_output(op, report, Shape{3}, index.device(), "report");
+  CUTRAIN_REQUIRE(index.rank() <= 8, InvalidArgument, op, "the kernel takes rank 0 to 8, got ", index.describe());
+  cutrain::zero_bytes(report.data(), report.device(), 3 * sizeof(std::int64_t));
+  if (index.numel() == 0) return;
+  detail::IndexArgs a{};
+  a.n = index.numel();
+  a.rank = index.rank();
+  for (int d = 0; d < index.rank(); ++d) {
+    a.size[d] = index.dim(d);
+    a.idx_stride[d] = index.strides()[static_cast<std::size_t>(d)];
+  }
+  const I* id = index.data();
+  int* od = out.data();
+  auto* rd = reinterpret_cast<unsigned long long*>(report.data());
+  const long long lo_ll = lo, hi_ll = hi, wrap_ll = wrap;
+  const int fb = fallback;
+  const std::string_view kernel = sizeof(I) == 8 ? "cutrain_index_narrow64" : "cutrain_index_narrow32";
+  detail::launch_index<float>(op, kernel, a, index.device(), id, od, lo_ll, hi_ll, wrap_ll, fb, rd);
 }
 
 // y = x with position j of dim taken from position index[j] (index 1-d). y: row-major.

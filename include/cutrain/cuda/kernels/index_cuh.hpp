@@ -232,6 +232,41 @@ extern "C" __global__ void cutrain_index_check(const int* index, long long limit
   }
 }
 
+// index (shape a.size, strides a.idx_stride, element type I) as a dense row-major int32 out:
+// w = v, plus wrap when v < 0 and wrap > 0 (counting from the end); a w outside [lo, hi) is
+// written as fallback and counted: report[0] += 1, and the first one counted sets report[1] = v
+// and report[2] = its row-major position. report starts zeroed.
+template <class I>
+__device__ __forceinline__ void index_narrow(const I* index, int* out, long long lo, long long hi, long long wrap,
+                                             int fallback, unsigned long long* report, const cutrain_index_args& a) {
+  long long c[8];
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
+    index_coords(a, i, c);
+    long long off = 0;
+    for (int d = 0; d < a.rank; ++d) off += c[d] * a.idx_stride[d];
+    const long long v = static_cast<long long>(index[off]);
+    const long long w = v < 0 && wrap > 0 ? v + wrap : v;
+    if (w >= lo && w < hi) {
+      out[i] = static_cast<int>(w);
+      continue;
+    }
+    out[i] = fallback;
+    if (atomicAdd(report, 1ull) == 0ull) {
+      report[1] = static_cast<unsigned long long>(v);
+      report[2] = static_cast<unsigned long long>(i);
+    }
+  }
+}
+extern "C" __global__ void cutrain_index_narrow32(const int* index, int* out, long long lo, long long hi, long long wrap,
+                                                  int fallback, unsigned long long* report, cutrain_index_args a) {
+  index_narrow(index, out, lo, hi, wrap, fallback, report, a);
+}
+extern "C" __global__ void cutrain_index_narrow64(const long long* index, int* out, long long lo, long long hi,
+                                                  long long wrap, int fallback, unsigned long long* report,
+                                                  cutrain_index_args a) {
+  index_narrow(index, out, lo, hi, wrap, fallback, report, a);
+}
+
 // index_select's backward for a large table (an embedding's [num, C] rows, index 1-d dense, dy
 // and dx dense row-major) in four steps: the count of each row's positions, their offsets (a
 // scan), the positions placed by row, then one block per row that puts its positions in
@@ -281,7 +316,8 @@ extern "C" __global__ void cutrain_embedding_grad_place(const int* index, long l
   }
 }
 
-#define cutrain_grad_sort_max 2048
+)cuda"
+                                          R"cuda(#define cutrain_grad_sort_max 2048
 // One block per row v (blockDim a power of two, at most 1024): dx[v, :] = sum of dy[p, :] over
 // the row's positions p in ascending order. Up to 2048 positions are sorted in shared memory
 // (bitonic); a row with more (a very frequent token) walks the whole index in order instead.
