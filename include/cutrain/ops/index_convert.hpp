@@ -51,9 +51,9 @@ namespace detail {
 // v < 0 and wrap > 0); a w outside [lo, hi) is written as fallback and reported. Under CUDA graph
 // capture the report stays empty (nothing is read back).
 template <IndexInt I>
-std::pair<Tensor<std::int32_t>, IndexRangeReport> narrow_index(std::string_view op, const Tensor<I>& index,
-                                                               std::int64_t lo, std::int64_t hi, std::int64_t wrap,
-                                                               std::int32_t fallback) {
+std::pair<Tensor<std::int32_t>, IndexRangeReport> narrow_index([[maybe_unused]] std::string_view op,
+                                                               const Tensor<I>& index, std::int64_t lo, std::int64_t hi,
+                                                               std::int64_t wrap, std::int32_t fallback) {
   Tensor<std::int32_t> out(index.shape(), {.device = index.device()});
   IndexRangeReport rep;
   if (index.numel() == 0) return {std::move(out), rep};
