@@ -146,7 +146,7 @@ TEST_CASE("bad input: transformer modules", "[transformer][bad_input]") {
                            [&] { (void)mha(Var<double>(Tensor<double>::zeros(Shape{2, 3, 6}))); }),
       bad<InvalidArgument>("gpt context", "nn::GPT", {"S <= context 4", "[1,5]"},
                            [&] { (void)gpt(Tensor<std::int32_t>::zeros(Shape{1, 5})); }),
-      bad<InvalidArgument>("gpt rank", "nn::GPT", {"int32 [B, S]", "[5]"},
+      bad<InvalidArgument>("gpt rank", "nn::GPT", {"int32 or int64 [B, S]", "[5]"},
                            [&] { (void)gpt(Tensor<std::int32_t>::zeros(Shape{5})); }),
       bad<InvalidArgument>("gpt token range", "index_select", {"index value 9", "size 7"},
                            [&] { (void)gpt(tokens({1, 9}, Shape{1, 2})); }),
