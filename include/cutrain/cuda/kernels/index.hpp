@@ -40,6 +40,19 @@ struct IndexArgs {
 };
 static_assert(sizeof(IndexArgs) == 36 * sizeof(long long));
 
+// The args of a kernel that walks one index tensor (any strides) element by element.
+template <class I>
+IndexArgs walk_index_args(const Tensor<I>& index) {
+  IndexArgs a{};
+  a.n = index.numel();
+  a.rank = index.rank();
+  for (int d = 0; d < index.rank(); ++d) {
+    a.size[d] = index.dim(d);
+    a.idx_stride[d] = index.strides()[static_cast<std::size_t>(d)];
+  }
+  return a;
+}
+
 template <GpuFloat T>
 const Program& index_program() {
   static const Program p = programs::index(device_type<T>);
@@ -126,13 +139,7 @@ inline void index_range_count(const Tensor<std::int32_t>& index, std::int64_t li
   CUTRAIN_REQUIRE(index.rank() <= 8, InvalidArgument, op, "the kernel takes rank 0 to 8, got ", index.describe());
   cutrain::zero_bytes(report.data(), report.device(), 4 * sizeof(std::int32_t));
   if (index.numel() == 0) return;
-  detail::IndexArgs a{};
-  a.n = index.numel();
-  a.rank = index.rank();
-  for (int d = 0; d < index.rank(); ++d) {
-    a.size[d] = index.dim(d);
-    a.idx_stride[d] = index.strides()[static_cast<std::size_t>(d)];
-  }
+  const detail::IndexArgs a = detail::walk_index_args(index);
   const int* id = index.data();
   auto* rd = reinterpret_cast<unsigned long long*>(report.data());
   detail::launch_index<float>(op, "cutrain_index_check", a, index.device(), id, static_cast<long long>(limit), rd);
@@ -170,13 +177,7 @@ void index_narrow(const Tensor<I>& index, std::int64_t lo, std::int64_t hi, std:
   CUTRAIN_REQUIRE(index.rank() <= 8, InvalidArgument, op, "the kernel takes rank 0 to 8, got ", index.describe());
   cutrain::zero_bytes(report.data(), report.device(), 3 * sizeof(std::int64_t));
   if (index.numel() == 0) return;
-  detail::IndexArgs a{};
-  a.n = index.numel();
-  a.rank = index.rank();
-  for (int d = 0; d < index.rank(); ++d) {
-    a.size[d] = index.dim(d);
-    a.idx_stride[d] = index.strides()[static_cast<std::size_t>(d)];
-  }
+  const detail::IndexArgs a = detail::walk_index_args(index);
   const I* id = index.data();
   int* od = out.data();
   auto* rd = reinterpret_cast<unsigned long long*>(report.data());
