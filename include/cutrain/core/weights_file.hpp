@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -127,26 +126,6 @@ Tensor<T> read_elements(InFile& f, const Shape& shape, bool file_little, std::st
   const std::size_t n = static_cast<std::size_t>(t.numel()) * sizeof(T);
   f.read(t.data(), n, what);
   from_endian(reinterpret_cast<unsigned char*>(t.data()), n, sizeof(T), file_little);
-  return t;
-}
-
-// A 64-bit integer array (PyTorch's int64 buffers, numpy's default int) read into an i32
-// tensor: every value must fit, else NotImplemented names the first that does not.
-inline Tensor<std::int32_t> read_i64_as_i32(InFile& f, const Shape& shape, bool file_little, std::string_view op,
-                                            std::string_view what) {
-  Tensor<std::int32_t> t(shape);
-  const auto n = static_cast<std::size_t>(t.numel());
-  std::vector<unsigned char> b(n * 8);
-  f.read(b.data(), b.size(), what);
-  from_endian(b.data(), b.size(), 8, file_little);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::int64_t v;
-    std::memcpy(&v, b.data() + 8 * i, 8);
-    CUTRAIN_REQUIRE(v >= std::numeric_limits<std::int32_t>::min() && v <= std::numeric_limits<std::int32_t>::max(),
-                    NotImplemented, op, f.path().string(), ": ", what, " is int64 and element ", i, " = ", v,
-                    " does not fit cutrain's int32 (cutrain has no int64 tensors)");
-    t.data()[i] = static_cast<std::int32_t>(v);
-  }
   return t;
 }
 

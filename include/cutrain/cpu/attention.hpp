@@ -70,16 +70,19 @@ struct AttentionMaskValues {
   std::vector<std::uint8_t> allowed{};
   std::int64_t bias_b = 1, bias_h = 1, allowed_b = 1, allowed_h = 1, Sq = 0, Skv = 0;
 
+  // Element (b, h, i, j) of a [nb, nh, Sq, Skv] tensor broadcast over the dims of size 1.
+  std::size_t at(std::int64_t nb, std::int64_t nh, std::int64_t b, std::int64_t h, std::int64_t i,
+                 std::int64_t j) const {
+    return static_cast<std::size_t>((((nb == 1 ? 0 : b) * nh + (nh == 1 ? 0 : h)) * Sq + i) * Skv + j);
+  }
   std::size_t bias_index(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
-    return static_cast<std::size_t>((((bias_b == 1 ? 0 : b) * bias_h + (bias_h == 1 ? 0 : h)) * Sq + i) * Skv + j);
+    return at(bias_b, bias_h, b, h, i, j);
   }
   double bias_at(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     return bias.empty() ? 0.0 : bias[bias_index(b, h, i, j)];
   }
   bool allows(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
-    if (allowed.empty()) return true;
-    const auto at = (((allowed_b == 1 ? 0 : b) * allowed_h + (allowed_h == 1 ? 0 : h)) * Sq + i) * Skv + j;
-    return allowed[static_cast<std::size_t>(at)] != 0;
+    return allowed.empty() || allowed[at(allowed_b, allowed_h, b, h, i, j)] != 0;
   }
 };
 

@@ -66,7 +66,7 @@ cpu::detail::AttentionGeometry attention_geometry(std::string_view op, const Ten
                   " (q ", q.describe(), ", k ", k.describe(), ")");
   g.scale = cutrain::detail::attention_scale(op, p, g.D);
   g.causal = p.causal;
-  cutrain::detail::attention_band(op, p);
+  cutrain::detail::attention_check_band(op, p);
   g.bottom_right = p.align == CausalAlign::bottom_right;
   g.window = p.window;
   g.softcap = cutrain::detail::attention_softcap(op, p);

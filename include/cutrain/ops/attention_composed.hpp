@@ -83,10 +83,10 @@ inline Tensor<float> attention_scores(const Tensor<float>& q5, const Tensor<floa
   return extra.defined() ? ops::add(s, extra) : std::move(s);
 }
 
-// u8 [B, Hk, G, Sq, 1]: 1 where a row of the scores has a key left (a finite max).
-inline Tensor<std::uint8_t> attention_rows(const Tensor<float>& s) {
-  return ops::gt(ops::max(s, {-1}, true),
-                 Tensor<float>::full(Shape{1}, -std::numeric_limits<float>::infinity(), {.device = s.device()}));
+// u8 [B, Hk, G, Sq, 1]: 1 where a row of the scores has a key left, from the rows' max (finite).
+inline Tensor<std::uint8_t> attention_rows(const Tensor<float>& row_max) {
+  return ops::gt(row_max,
+                 Tensor<float>::full(Shape{1}, -std::numeric_limits<float>::infinity(), {.device = row_max.device()}));
 }
 
 // p with dropout applied (y) and the dropout weights (mask), or p itself without dropout.
@@ -104,8 +104,9 @@ AttentionForward<T, float> attention_forward_composed(const Tensor<T>& q, const 
   const Tensor<float> q5 = attention_grouped(q, g.Hk), k5 = attention_grouped(k, g.Hk), v5 = attention_grouped(v, g.Hk);
   const Tensor<float> s = attention_scores(q5, k5, structure, extra, g);
   const Tensor<float> zero = Tensor<float>::zeros(Shape{1}, {.device = q.device()});
-  const Tensor<std::uint8_t> rows = attention_rows(s);
-  const Tensor<float> mx = ops::where(rows, ops::max(s, {-1}, true), zero);
+  const Tensor<float> row_max = ops::max(s, {-1}, true);
+  const Tensor<std::uint8_t> rows = attention_rows(row_max);
+  const Tensor<float> mx = ops::where(rows, row_max, zero);
   const Tensor<float> lse = ops::add(mx, ops::log(ops::sum(ops::exp(ops::sub(s, mx)), {-1}, true)));
   const Tensor<float> p = ops::where(rows, ops::exp(ops::sub(s, lse)), zero);
   const Tensor<float> o5 = ops::matmul(attention_dropped(p, g).y, v5);
@@ -126,7 +127,7 @@ AttentionBackward<T> attention_backward_composed(const Tensor<T>& q, const Tenso
   const Tensor<float> s = attention_scores(q5, k5, structure, extra, g, &t);
   // Rows with no key (padded, or every key masked) have unspecified statistics and o (cuDNN's
   // forward leaves them): their p, do and o are selected away, not multiplied (0 * NaN).
-  const Tensor<std::uint8_t> rows = attention_rows(s);
+  const Tensor<std::uint8_t> rows = attention_rows(ops::max(s, {-1}, true));
   const Tensor<float> lse = cutrain::reshape(stats.contiguous(Layout::row_major), Shape{g.B, g.Hk, g.H / g.Hk, g.Sq, 1});
   const Tensor<float> p = ops::where(rows, ops::exp(ops::sub(s, lse)), zero);
   const Tensor<float> do5 = ops::where(rows, attention_grouped(dout, g.Hk), zero);

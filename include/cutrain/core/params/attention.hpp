@@ -124,7 +124,7 @@ inline double attention_softcap(std::string_view op, const AttentionParams& p) {
 }
 
 // The window and the alignment, checked: both refine a causal mask.
-inline void attention_band(std::string_view op, const AttentionParams& p) {
+inline void attention_check_band(std::string_view op, const AttentionParams& p) {
   CUTRAIN_REQUIRE(p.window >= 0, InvalidArgument, op, "window must be >= 0 (0: none), got ", p.window);
   CUTRAIN_REQUIRE(p.causal || (p.window == 0 && p.align == CausalAlign::top_left), InvalidArgument, op,
                   "a sliding window and the causal alignment take effect with causal = true, got ", p);
